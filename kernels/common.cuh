@@ -1,0 +1,54 @@
+// common.cuh: device helpers shared by the kernel files: bf16 <-> float, the
+// per-stream bounds read from the staged metadata (clamped the same way in
+// every kernel), and 16-byte vector moves.
+// Invariant: every bound a kernel uses comes from device memory through these.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pb::kernels::detail {
+
+__device__ __forceinline__ float bf16_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+// Round to nearest even; NaN stays a quiet NaN (same as lib/bf16.h).
+__device__ __forceinline__ uint16_t float_to_bf16(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+__device__ __forceinline__ float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
+
+__device__ __forceinline__ int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+// Stream b's packed rows [begin, end) from device cu_seqlens, both clamped to
+// [0, total_tokens] and end >= begin.
+struct StreamRows {
+  int begin, end;
+  __device__ __forceinline__ int count() const { return end - begin; }
+};
+__device__ __forceinline__ StreamRows stream_rows(const int32_t* cu_seqlens, int b, int total_tokens) {
+  StreamRows s;
+  s.begin = clamp_int(cu_seqlens[b], 0, total_tokens);
+  s.end = clamp_int(cu_seqlens[b + 1], 0, total_tokens);
+  if (s.end < s.begin) s.end = s.begin;
+  return s;
+}
+
+// Unpacks 8 bf16 (one 16-byte load) into floats.
+__device__ __forceinline__ void unpack8(const uint4& u, float* f) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  return static_cast<uint32_t>(float_to_bf16(lo)) | (static_cast<uint32_t>(float_to_bf16(hi)) << 16);
+}
+
+}  // namespace pb::kernels::detail

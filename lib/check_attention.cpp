@@ -1,0 +1,69 @@
+// check_attention.cpp: numeric and causal_bound for one attention layer. The
+// causal bound check counts, per stream, output rows that went NaN while the
+// reference is finite: only a read of poisoned KV (a position at or past the
+// stream's kv_len, the guard entry of its table, or a block it does not own)
+// can do that, since every input is finite.
+#include <fmt/format.h>
+
+#include "checks.h"
+#include "diff_stats.h"
+
+namespace pb {
+
+void check_attention(const Batch& batch, const LayerShape& shape, int layer,
+                     const AttnReference& ref, const LayerOutputs& out, const Tolerance& tol,
+                     CheckResult& numeric, CheckResult& causal) {
+  const int Hq = shape.num_q_heads, D = shape.head_dim;
+  for (int b = 0; b < batch.num_streams; ++b) {
+    const StreamTruth& st = batch.streams[b];
+    DiffStats stats;
+    long long nan_rows = 0;
+    int first_nan = -1, last_nan = -1;
+    for (int i = 0; i < st.count; ++i) {
+      bool row_nan = false;
+      for (int h = 0; h < Hq; ++h) {
+        const size_t rh = static_cast<size_t>(st.row_begin + i) * Hq + h;
+        const bool computed = ref.computed[rh] != 0;
+        for (int d = 0; d < D; ++d) {
+          const float got = to_float(out.out[rh * D + d]);
+          row_nan = row_nan || std::isnan(got);
+          if (computed) stats.add(got, ref.out_hp[rh * D + d], ref.out_lp[rh * D + d]);
+        }
+      }
+      if (row_nan) {
+        ++nan_rows;
+        if (first_nan < 0) first_nan = i;
+        last_nan = i;
+      }
+    }
+    Figure f = stats.figure(layer, b, "out", tol);
+    numeric.figures.push_back(f);
+    if (!f.pass)
+      numeric.fail(layer, b, fmt::format("stream {} (kv_len {}): attention output max_abs {:.3g} "
+                                         "over limit {:.3g} (rel_l2 {:.3g}, {} non-finite)",
+                                         b, st.kv_len, f.max_abs, f.limit, f.rel_l2, f.nonfinite));
+    Figure c;
+    c.layer = layer;
+    c.stream = b;
+    c.what = "poisoned_rows";
+    c.nonfinite = nan_rows;
+    c.elements = st.count;
+    c.pass = nan_rows == 0;
+    causal.figures.push_back(c);
+    if (nan_rows == 0) continue;
+    const int p_first = st.chunk_start + first_nan, p_last = st.chunk_start + last_nan;
+    std::string why;
+    if (nan_rows == 1 && last_nan == st.count - 1)
+      why = fmt::format("only its last token (position {}) is poisoned: it read key position {}, "
+                        "one past its causal bound", p_last, st.kv_len);
+    else
+      why = fmt::format("tokens at positions {}..{} read poisoned KV: a key position at or past its "
+                        "kv_len {}, its table's guard entry, or a block it does not own",
+                        p_first, p_last, st.kv_len);
+    causal.fail(layer, b, fmt::format("stream {} (chunk_start {}, kv_len {}, {} blocks): {} of {} "
+                                      "output rows NaN; {}", b, st.chunk_start, st.kv_len,
+                                      st.blocks.size(), nan_rows, st.count, why));
+  }
+}
+
+}  // namespace pb

@@ -1,0 +1,50 @@
+// checks.h: the checks of DESIGN.md. Each takes the ground truth (Batch, the
+// reference) and what the backend produced or staged, and fills a CheckResult:
+// figures per stream and layer, findings naming layer, stream, expected and
+// found. The checks never trust staged metadata for the truth.
+#pragma once
+#include <vector>
+
+#include "backend.h"
+#include "batch.h"
+#include "check_result.h"
+#include "reference/reference.h"
+#include "scenario.h"
+#include "staging.h"
+
+namespace pb {
+
+// layout: offsets, alignment and staged_bytes against compute_layout() from the
+// truth; H/W alias T without MRoPE; scalar fields (batch_size, total_tokens,
+// chunk_len, max_blocks_per_seq) against the batch.
+void check_layout(const Batch& batch, bool mrope, const StagedImage& img, uint64_t scratch_base,
+                  CheckResult& r);
+
+// scratch_guard: the scratch buffer read back after a layer equals `expected`
+// (canaries, live metadata, the layer's h_state_ptrs at off + true staged_bytes)
+// and the table arena is unchanged; names the region whose bytes changed.
+void check_scratch_guard(const Batch& batch, bool mrope, const StagedImage& img,
+                         const std::vector<uint8_t>& expected_scratch,
+                         const std::vector<uint8_t>& scratch, const std::vector<uint8_t>& arena,
+                         int layer, CheckResult& r);
+
+// positions: T/H/W read at the staged addresses equal the truth per token.
+void check_positions(const Batch& batch, bool mrope, const StagedImage& img,
+                     const std::vector<uint8_t>& scratch, uint64_t scratch_base, CheckResult& r);
+
+// numeric (attention output) and causal_bound (NaN poison reached a stream's output).
+void check_attention(const Batch& batch, const LayerShape& shape, int layer,
+                     const AttnReference& ref, const LayerOutputs& out, const Tolerance& tol,
+                     CheckResult& numeric, CheckResult& causal);
+// kv_write: the whole cache against the expected cache.
+void check_kv_write(const Batch& batch, const LayerShape& shape, int layer,
+                    const AttnReference& ref, const LayerOutputs& out, CheckResult& r);
+// numeric (gdn output) and state (h_state, conv_state per stream).
+void check_gdn(const Batch& batch, const LayerShape& shape, int layer, const GdnReference& ref,
+               const LayerOutputs& out, const Tolerance& tol, CheckResult& numeric,
+               CheckResult& state);
+// determinism: two runs of one layer are bit-identical.
+void check_determinism(int layer, const LayerOutputs& first, const LayerOutputs& again,
+                       CheckResult& r);
+
+}  // namespace pb

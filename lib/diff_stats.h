@@ -1,0 +1,50 @@
+// diff_stats.h: accumulates the figures of one compared region (a stream in a
+// layer): max |got - hp|, relative L2 against hp, max |lp - hp| (the
+// same-precision drift the tolerance is built from) and non-finite outputs
+// where the reference is finite.
+#pragma once
+#include <algorithm>
+#include <cmath>
+
+#include "check_result.h"
+#include "scenario.h"
+
+namespace pb {
+
+class DiffStats {
+ public:
+  void add(double got, double hp, double lp) {
+    if (!std::isfinite(hp)) return;
+    ++elements_;
+    if (!std::isfinite(got)) {
+      ++nonfinite_;
+      return;
+    }
+    const double e = std::abs(got - hp);
+    max_abs_ = std::max(max_abs_, e);
+    err2_ += e * e;
+    ref2_ += hp * hp;
+    lowp_ = std::max(lowp_, std::abs(lp - hp));
+  }
+  // The figure, judged by FlashAttention's rule: max_abs <= factor * lowp + atol, all finite.
+  Figure figure(int layer, int stream, const char* what, const Tolerance& tol) const {
+    Figure f;
+    f.layer = layer;
+    f.stream = stream;
+    f.what = what;
+    f.max_abs = max_abs_;
+    f.rel_l2 = ref2_ > 0 ? std::sqrt(err2_ / ref2_) : std::sqrt(err2_);
+    f.lowp_max_abs = lowp_;
+    f.limit = tol.factor * lowp_ + tol.atol;
+    f.nonfinite = nonfinite_;
+    f.elements = elements_;
+    f.pass = nonfinite_ == 0 && max_abs_ <= f.limit;
+    return f;
+  }
+
+ private:
+  double max_abs_ = 0, err2_ = 0, ref2_ = 0, lowp_ = 0;
+  long long nonfinite_ = 0, elements_ = 0;
+};
+
+}  // namespace pb

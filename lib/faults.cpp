@@ -1,0 +1,55 @@
+// faults.cpp: the table of injectable faults (faults.h): --inject spelling, the check
+// each must trip, and the real bug class it models. One entry per Fault, in enum order,
+// so all_faults()[int(f)] is f's entry.
+#include "faults.h"
+
+#include "check_result.h"
+#include "input_error.h"
+
+namespace pb {
+
+const std::vector<FaultInfo>& all_faults() {
+  static const std::vector<FaultInfo> faults = {
+      {Fault::kv_lens_max, "kv-lens-max", kCheckCausalBound,
+       "Stages the batch's largest kv_len for every stream, so a short stream attends past its own end "
+       "into poison (one batch-wide causal bound and block count instead of per-stream kv_lens)."},
+      {Fault::staged_bytes_undercount, "staged-bytes-undercount", kCheckLayout,
+       "Reports staged_bytes 8 bytes per stream short, so the caller places h_state_ptrs over live "
+       "kv_lens metadata (an undercounted scratch cursor; scratch_guard trips too)."},
+      {Fault::slot_off_by_one, "slot-off-by-one", kCheckKvWrite,
+       "Shifts every stream's KV write slots by one position, so each key and value lands in its "
+       "neighbour's cache slot (an off-by-one in block_table[p / block_size] * block_size + p % block_size)."},
+      {Fault::block_table_swap, "block-table-swap", kCheckCausalBound,
+       "Exchanges the block-table pointers of streams 0 and 1, so each stream reads pages it does not "
+       "own (a mis-indexed per-stream pointer array)."},
+      {Fault::cu_seqlens_off_by_one, "cu-seqlens-off-by-one", kCheckKvWrite,
+       "Shifts the interior cu_seqlens boundaries by one token, so a boundary token is written and "
+       "attended as part of the neighbouring stream (an inclusive/exclusive prefix-sum mix-up)."},
+      {Fault::causal_off_by_one, "causal-off-by-one", kCheckCausalBound,
+       "Lets each query also see the key one position after it, the last one reading past kv_len "
+       "(a <= written where < belongs in the causal mask)."},
+      {Fault::mrope_hw_alias, "mrope-hw-alias", kCheckPositions,
+       "Stages the H and W positions as aliases of T even for image tokens, so vision tokens are "
+       "rotated with text positions (the text-only aliasing shortcut kept under MRoPE)."},
+      {Fault::conv_state_bleed, "conv-state-bleed", kCheckState,
+       "Lets the conv1d window at the start of a stream read the previous stream's last tokens "
+       "instead of its own conv_state (a varlen causal conv that ignores stream boundaries)."},
+      {Fault::h_state_ptr_swap, "h-state-ptr-swap", kCheckState,
+       "Exchanges the h_state pointers of streams 0 and 1, so each stream's recurrent state is read "
+       "from and written to the other's storage (a mis-ordered per-stream state pointer array)."},
+  };
+  return faults;
+}
+
+const FaultInfo& fault_info(Fault f) { return all_faults().at(static_cast<size_t>(f)); }
+
+Fault parse_fault(const std::string& name) {
+  std::string known;
+  for (const FaultInfo& info : all_faults()) {
+    if (name == info.name) return info.fault;
+    known += (known.empty() ? "" : ", ") + std::string(info.name);
+  }
+  throw InputError("unknown fault '" + name + "' (known: " + known + ")");
+}
+
+}  // namespace pb

@@ -1,0 +1,41 @@
+// faults.h: the deliberate bugs `--inject NAME` switches on, each modelled on a
+// real batching bug, and the check each one must trip (see DESIGN.md).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace pb {
+
+enum class Fault {
+  kv_lens_max,              // staging: every stream gets the batch's largest kv_len
+  staged_bytes_undercount,  // staging: staged_bytes short by 8 bytes per stream
+  slot_off_by_one,          // staging: slots shifted by one within each stream
+  block_table_swap,         // staging: streams 0 and 1 exchange block-table pointers
+  cu_seqlens_off_by_one,    // staging: interior stream boundaries shifted by one token
+  causal_off_by_one,        // backend: a token also sees the key after it
+  mrope_hw_alias,           // staging: H and W positions alias T even for image tokens
+  conv_state_bleed,         // backend: conv1d window reads the previous stream's tokens
+  h_state_ptr_swap,         // caller: streams 0 and 1 exchange h_state pointers
+};
+
+struct FaultInfo {
+  Fault fault;
+  const char* name;         // the --inject spelling
+  const char* must_trip;    // the check (see checks.h names) that must fire
+  const char* description;
+};
+
+const std::vector<FaultInfo>& all_faults();
+const FaultInfo& fault_info(Fault f);
+// Throws InputError naming the known faults when `name` is not one.
+Fault parse_fault(const std::string& name);
+
+// A set of faults switched on for one run.
+struct FaultSet {
+  unsigned bits = 0;
+  bool has(Fault f) const { return bits & (1u << static_cast<unsigned>(f)); }
+  void add(Fault f) { bits |= 1u << static_cast<unsigned>(f); }
+  bool empty() const { return bits == 0; }
+};
+
+}  // namespace pb

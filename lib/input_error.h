@@ -1,0 +1,24 @@
+// input_error.h: the one error type for bad input (a scenario file, a flag).
+// The message is complete and located: "FILE:LINE:COL: FIELD: expected X, found Y".
+// apps/ turn it into exit code 2; nothing has run when it is thrown.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace pb {
+
+struct Mark {
+  int line = 0;    // 1-based; 0 when unknown
+  int column = 0;  // 1-based
+};
+
+class InputError : public std::runtime_error {
+ public:
+  explicit InputError(const std::string& message) : std::runtime_error(message) {}
+};
+
+// "FILE:LINE:COL: FIELD: WHAT" (line/col left out when the mark is unknown).
+std::string located(const std::string& file, Mark mark, const std::string& field,
+                    const std::string& what);
+
+}  // namespace pb

@@ -1,0 +1,33 @@
+// report.h: the two reports of a set of runs (DESIGN.md "Reports"): a table for
+// people (fmt, every line at most kReportWidth columns, colour only on request)
+// and a JSON document for machines that lib/report_schema.json describes.
+// Non-finite figures become JSON null; the schema allows null there.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "run.h"
+
+namespace pb {
+
+// Bumped on any change of the JSON layout; lib/report_schema.json holds it as a const.
+constexpr int kReportSchemaVersion = 1;
+// The table never writes a line wider than this (colour codes not counted).
+constexpr int kReportWidth = 100;
+
+// Per run: a header, the streams with their per-check verdicts, one summary per
+// check with its worst figure and first findings, the kernel timings; then one
+// line "N scenarios, M passed, K failed". ANSI colour only when `color`.
+std::string format_table(const std::vector<RunResult>& runs, bool color);
+
+// The report document: schema_version, tool (version, git revision, build
+// flags), one entry per run, and the overall verdict.
+nlohmann::json report_json(const std::vector<RunResult>& runs);
+
+// Writes `report` (indented, one trailing newline) to `path`; throws
+// std::runtime_error naming the path when it cannot be written.
+void write_json(const std::string& path, const nlohmann::json& report);
+
+}  // namespace pb

@@ -1,0 +1,156 @@
+// report_json.cpp: the machine report (schema lib/report_schema.json, version
+// kReportSchemaVersion). Field names are the RunResult's; every double goes
+// through real() so NaN/Inf become null instead of invalid JSON.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "build_info.h"
+#include "report.h"
+
+namespace pb {
+
+namespace {
+
+using nlohmann::json;
+
+json real(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json device_json(const DeviceInfo& d) {
+  return {{"name", d.name},
+          {"driver", d.driver},
+          {"runtime", d.runtime},
+          {"sm_count", d.sm_count},
+          {"peak_tflops", real(d.peak_tflops)},
+          {"peak_gbps", real(d.peak_gbps)}};
+}
+
+json fault_names(const FaultSet& faults) {
+  json names = json::array();
+  for (const FaultInfo& f : all_faults())
+    if (faults.has(f.fault)) names.push_back(f.name);
+  return names;
+}
+
+json scenario_json(const RunResult& r) {
+  return {{"path", r.scenario_path},
+          {"name", r.scenario_name},
+          {"seed", r.seed},
+          {"inputs_checksum", fmt::format("{:016x}", r.inputs_checksum)},
+          {"layers", r.layer_kinds},
+          {"total_tokens", r.total_tokens},
+          {"chunk_len", r.chunk_len},
+          {"max_blocks_per_seq", r.max_blocks_per_seq},
+          {"staged_bytes", r.staged_bytes}};
+}
+
+json streams_json(const std::vector<StreamSummary>& streams) {
+  json out = json::array();
+  for (size_t b = 0; b < streams.size(); ++b) {
+    const StreamSummary& s = streams[b];
+    out.push_back({{"index", b},
+                   {"chunk_start", s.chunk_start},
+                   {"count", s.count},
+                   {"kv_len", s.kv_len},
+                   {"blocks", s.blocks},
+                   {"has_image", s.has_image}});
+  }
+  return out;
+}
+
+json check_json(const CheckResult& c) {
+  json findings = json::array();
+  for (const Finding& f : c.findings)
+    findings.push_back({{"layer", f.layer}, {"stream", f.stream}, {"message", f.message}});
+  json figures = json::array();
+  for (const Figure& f : c.figures)
+    figures.push_back({{"layer", f.layer},
+                       {"stream", f.stream},
+                       {"what", f.what},
+                       {"max_abs", real(f.max_abs)},
+                       {"rel_l2", real(f.rel_l2)},
+                       {"lowp_max_abs", real(f.lowp_max_abs)},
+                       {"limit", real(f.limit)},
+                       {"nonfinite", f.nonfinite},
+                       {"elements", f.elements},
+                       {"pass", f.pass}});
+  return {{"name", c.name},
+          {"ran", c.ran},
+          {"not_run_why", c.not_run_why},
+          {"passed", c.passed},
+          // The recorder caps `findings`; the count is never below what is listed.
+          {"finding_count", std::max<long long>(c.finding_count, c.findings.size())},
+          {"findings", findings},
+          {"figures", figures}};
+}
+
+json timing_json(const KernelTiming& t) {
+  return {{"layer", t.layer},
+          {"kernel", t.kernel},
+          {"samples", t.samples},
+          {"median_ms", real(t.median_ms)},
+          {"min_ms", real(t.min_ms)},
+          {"max_ms", real(t.max_ms)},
+          {"q1_ms", real(t.q1_ms)},
+          {"q3_ms", real(t.q3_ms)},
+          {"flops", real(t.flops)},
+          {"bytes", real(t.bytes)},
+          {"tflops", real(t.tflops())},
+          {"gbps", real(t.gbps())}};
+}
+
+json run_json(const RunResult& r) {
+  json checks = json::array();
+  for (const CheckResult& c : r.checks) checks.push_back(check_json(c));
+  json timings = json::array();
+  for (const KernelTiming& t : r.timings) timings.push_back(timing_json(t));
+  return {{"scenario", scenario_json(r)},
+          {"backend", r.backend},
+          {"device", device_json(r.device)},
+          {"faults_injected", fault_names(r.faults)},
+          {"ref_sample", r.ref_sample},
+          {"streams", streams_json(r.streams)},
+          {"checks", checks},
+          {"timings", timings},
+          {"wall_s", real(r.wall_s)},
+          {"passed", r.passed()}};
+}
+
+}  // namespace
+
+json report_json(const std::vector<RunResult>& runs) {
+  json out_runs = json::array();
+  bool passed = true;
+  for (const RunResult& r : runs) {
+    out_runs.push_back(run_json(r));
+    passed = passed && r.passed();
+  }
+  return {{"schema_version", kReportSchemaVersion},
+          {"tool",
+           {{"name", "prefill-bench"},
+            {"version", tool_version()},
+            {"git_revision", git_revision()},
+            {"build_flags", build_flags()}}},
+          {"runs", out_runs},
+          {"passed", passed}};
+}
+
+void write_json(const std::string& path, const nlohmann::json& report) {
+  // Invalid UTF-8 in a message (a device name, a path) is replaced, not thrown on.
+  const std::string text = report.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) {
+    throw std::runtime_error(
+        fmt::format("cannot write JSON report {}: {}", path, std::strerror(errno)));
+  }
+  file << text;
+  file.close();
+  if (!file) throw std::runtime_error(fmt::format("writing JSON report {} failed", path));
+}
+
+}  // namespace pb

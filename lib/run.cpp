@@ -1,0 +1,269 @@
+// run.cpp: one scenario end to end. Generate the ground truth, let the backend
+// allocate, stage against its addresses and upload with one copy, then per
+// layer: reset, place h_state_ptrs at off + staged_bytes, run (warmup +
+// repeat times), read back, and check against the reference. The reference
+// never sees the staged image; the backend never sees the truth.
+#include "run.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "checks.h"
+#include "trace.h"
+#include "work_counts.h"
+
+namespace pb {
+
+bool RunResult::passed() const {
+  for (const CheckResult& c : checks)
+    if (c.ran && !c.passed) return false;
+  return true;
+}
+
+const CheckResult* RunResult::check(const std::string& name) const {
+  for (const CheckResult& c : checks)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+namespace {
+
+std::unique_ptr<Backend> pick_backend(const std::string& want, FaultSet faults) {
+  if (want == "host") return make_host_backend(faults);
+  std::string why;
+  if (want == "cuda") {
+    auto b = make_cuda_backend(faults, &why);
+    if (!b) throw InputError("--backend cuda: " + why);
+    return b;
+  }
+  if (want == "auto") {
+    auto b = make_cuda_backend(faults, &why);
+    return b ? std::move(b) : make_host_backend(faults);
+  }
+  throw InputError("--backend: expected auto, cuda or host, found '" + want + "'");
+}
+
+KernelTiming summarise(int layer, const std::string& kernel, std::vector<double> ms) {
+  KernelTiming t;
+  t.layer = layer;
+  t.kernel = kernel;
+  t.samples = static_cast<int>(ms.size());
+  if (ms.empty()) return t;
+  std::sort(ms.begin(), ms.end());
+  auto q = [&](double f) { return ms[static_cast<size_t>(f * (ms.size() - 1) + 0.5)]; };
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  t.median_ms = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  t.q1_ms = q(0.25);
+  t.q3_ms = q(0.75);
+  return t;
+}
+
+class Progress {
+ public:
+  explicit Progress(bool on, const std::string& name) : on_(on && isatty(2)), name_(name) {}
+  void say(const std::string& what) const {
+    if (on_) fmt::print(stderr, "\r\033[K{}: {}", name_, what);
+  }
+  ~Progress() {
+    if (on_) fmt::print(stderr, "\r\033[K");
+  }
+
+ private:
+  bool on_;
+  std::string name_;
+};
+
+void check_scratch_capacity(const Scenario& s, const StagedLayout& layout) {
+  const ScratchPlan plan = plan_scratch(layout, 0);
+  if (s.scratch_capacity && static_cast<size_t>(s.scratch_capacity) < plan.needed())
+    throw s.error("scratch.capacity_bytes",
+                  fmt::format("{} bytes is too small: the staged layout needs {} ({} guard + {} "
+                              "staged_bytes + {} h_state_ptrs + {} guard)", s.scratch_capacity,
+                              plan.needed(), kGuardBytes, layout.staged_bytes,
+                              8 * layout.num_streams, kGuardBytes));
+}
+
+}  // namespace
+
+void validate_resources(const Scenario& s) {
+  const std::vector<StreamSpec> streams = resolve_streams(s);
+  validate_batch(s, streams);
+  int total = 0;
+  for (const StreamSpec& st : streams) total += st.tokens;
+  check_scratch_capacity(s, compute_layout(static_cast<int>(streams.size()), total, s.model.mrope.enabled));
+}
+
+RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TraceRange scenario_range("scenario " + s.name);
+  Progress progress(opt.progress, s.name);
+  FaultSet faults = s.faults;
+  faults.bits |= opt.inject.bits;
+
+  progress.say("generating");
+  Batch batch;
+  {
+    TraceRange r("generate");
+    batch = generate_batch(s);
+  }
+  const LayerShape shape = layer_shape(s, batch);
+  const bool mrope = s.model.mrope.enabled;
+  const StagedLayout true_layout = compute_layout(batch.num_streams, batch.total_tokens, mrope);
+  const ScratchPlan true_plan = plan_scratch(true_layout, static_cast<size_t>(s.scratch_capacity));
+  check_scratch_capacity(s, true_layout);
+
+  std::unique_ptr<Backend> backend = pick_backend(opt.backend, faults);
+  const TableArena arena = plan_table_arena(batch);
+
+  RunResult res;
+  res.scenario_path = s.path;
+  res.scenario_name = s.name;
+  res.seed = s.seed;
+  res.backend = backend->name();
+  res.device = backend->device();
+  res.faults = faults;
+  res.total_tokens = batch.total_tokens;
+  res.chunk_len = batch.chunk_len;
+  res.max_blocks_per_seq = batch.max_blocks_per_seq;
+  res.inputs_checksum = batch.inputs_checksum;
+  const int ref_sample = opt.ref_sample >= 0 ? opt.ref_sample : s.ref_sample;
+  res.ref_sample = ref_sample;
+  for (const StreamTruth& st : batch.streams)
+    res.streams.push_back({st.chunk_start, st.count, st.kv_len, static_cast<int>(st.blocks.size()), st.has_image});
+  for (LayerKind k : s.layers) res.layer_kinds.push_back(k == LayerKind::attn ? "attn" : "gdn");
+
+  std::map<std::string, CheckResult> checks;
+  for (const std::string& name : all_check_names()) {
+    checks[name].name = name;
+    const bool enabled = s.checks.empty() || std::count(s.checks.begin(), s.checks.end(), name);
+    if (!enabled) {
+      checks[name].ran = false;
+      checks[name].not_run_why = "not in the scenario's checks list";
+    }
+  }
+  const bool has_attn = std::count(s.layers.begin(), s.layers.end(), LayerKind::attn) > 0;
+  const bool has_gdn = std::count(s.layers.begin(), s.layers.end(), LayerKind::gdn) > 0;
+  auto not_applicable = [&](const char* name, const char* why) {
+    if (checks[name].ran) {
+      checks[name].ran = false;
+      checks[name].not_run_why = why;
+    }
+  };
+  if (!has_attn) {
+    not_applicable(kCheckKvWrite, "no attention layer");
+    not_applicable(kCheckCausalBound, "no attention layer");
+  }
+  if (!has_gdn) not_applicable(kCheckState, "no gdn layer");
+  if (opt.profile)
+    for (auto& [name, c] : checks) {
+      c.ran = false;
+      c.not_run_why = "--profile: no checks";
+    }
+  auto on = [&](const char* name) { return checks[name].ran; };
+
+  progress.say("staging");
+  StagedImage img;
+  {
+    TraceRange r("stage");
+    backend->allocate(batch, shape, true_plan.capacity, arena.bytes);
+    img = stage_batch(batch, mrope, true_plan.capacity, backend->scratch_base(),
+                      backend->arena_base(), faults);
+  }
+  res.staged_bytes = img.meta.staged_bytes;
+  {
+    TraceRange r("upload");
+    backend->upload_metadata(img.scratch, img.arena);
+  }
+  {
+    TraceRange r("checks");
+    if (on(kCheckLayout)) check_layout(batch, mrope, img, backend->scratch_base(), checks[kCheckLayout]);
+    if (on(kCheckPositions))
+      check_positions(batch, mrope, img, backend->read_scratch(), backend->scratch_base(),
+                      checks[kCheckPositions]);
+  }
+
+  const bool host = res.backend == "host";
+  const int warmup = opt.profile ? 1 : std::max(0, opt.warmup >= 0 ? opt.warmup : s.warmup);
+  int repeat = opt.profile ? 1 : std::max(1, opt.repeat >= 0 ? opt.repeat : s.repeat);
+  if (host && opt.repeat < 0) repeat = std::min(repeat, 2);
+  const int host_warmup = host && opt.warmup < 0 ? 0 : warmup;
+  const int runs = host_warmup + repeat;
+
+  // What the scratch must hold: the staged image, plus the current layer's
+  // h_state_ptrs at the TRUE off + staged_bytes.
+  std::vector<uint8_t> expected_scratch = img.scratch;
+  const size_t true_h = true_plan.h_state_ptrs;
+
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const int layer = static_cast<int>(l);
+    const bool attn = s.layers[l] == LayerKind::attn;
+    TraceRange layer_range(fmt::format("L{} {}", layer, attn ? "attn" : "gdn"));
+    std::vector<uint64_t> ptrs;
+    if (!attn) {
+      std::vector<uint64_t> own;
+      for (int b = 0; b < batch.num_streams; ++b) own.push_back(backend->h_state_address(layer, b));
+      ptrs = make_h_state_ptrs(own, faults);
+      std::memcpy(expected_scratch.data() + true_h, own.data(), 8 * own.size());
+    }
+    std::map<std::string, std::vector<double>> times;
+    LayerOutputs first;
+    for (int rep = 0; rep < runs; ++rep) {
+      progress.say(fmt::format("layer {}/{} run {}/{}", layer + 1, s.layers.size(), rep + 1, runs));
+      backend->reset_layer(layer);
+      if (!attn) backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
+      const std::vector<KernelTime> kt = backend->run_layer(layer, img.meta, backend->scratch_base() + img.plan.h_state_ptrs);
+      if (rep >= host_warmup)
+        for (const KernelTime& k : kt) times[k.kernel].push_back(k.ms);
+      if (opt.profile) continue;
+      if (rep == 0) {
+        first = backend->read_layer(layer);
+        if (on(kCheckScratchGuard))
+          check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(),
+                              backend->read_arena(), layer, checks[kCheckScratchGuard]);
+      } else if (rep == runs - 1 && on(kCheckDeterminism)) {
+        check_determinism(layer, first, backend->read_layer(layer), checks[kCheckDeterminism]);
+      }
+    }
+    for (auto& [kernel, ms] : times) {
+      KernelTiming t = summarise(layer, kernel, ms);
+      const WorkCount w = count_work(kernel, batch, shape);
+      t.flops = w.flops;
+      t.bytes = w.bytes;
+      res.timings.push_back(t);
+    }
+    if (opt.profile) continue;
+    progress.say(fmt::format("layer {}/{} reference", layer + 1, s.layers.size()));
+    TraceRange ref_range("reference+checks");
+    if (attn) {
+      const AttnReference ref = attention_reference(batch, shape, layer, ref_sample, s.seed);
+      if (on(kCheckNumeric) || on(kCheckCausalBound)) {
+        CheckResult numeric = checks[kCheckNumeric], causal = checks[kCheckCausalBound];
+        check_attention(batch, shape, layer, ref, first, s.tol_bf16, numeric, causal);
+        if (on(kCheckNumeric)) checks[kCheckNumeric] = numeric;
+        if (on(kCheckCausalBound)) checks[kCheckCausalBound] = causal;
+      }
+      if (on(kCheckKvWrite)) check_kv_write(batch, shape, layer, ref, first, checks[kCheckKvWrite]);
+    } else {
+      const GdnReference ref = gdn_reference(batch, shape, layer);
+      if (on(kCheckNumeric) || on(kCheckState)) {
+        CheckResult numeric = checks[kCheckNumeric], state = checks[kCheckState];
+        check_gdn(batch, shape, layer, ref, first, s.tol_bf16, numeric, state);
+        if (on(kCheckNumeric)) checks[kCheckNumeric] = numeric;
+        if (on(kCheckState)) checks[kCheckState] = state;
+      }
+    }
+  }
+  if (runs < 2) not_applicable(kCheckDeterminism, "one run per layer: nothing to compare");
+  for (const std::string& name : all_check_names()) res.checks.push_back(checks[name]);
+  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace pb

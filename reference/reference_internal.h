@@ -1,0 +1,64 @@
+// reference_internal.h: pieces of the CPU reference shared by its files and its
+// tests (not part of the public API): the work splitter, the RoPE tables and the
+// per-stream Gated DeltaNet in float64 with a float64 state.
+// Invariant: every result is independent of the number of threads (each output
+// element is computed by exactly one task, in a fixed order).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "lib/batch.h"
+#include "lib/bf16.h"
+#include "lib/metadata.h"
+
+namespace pb::detail {
+
+// Threads the reference uses: $PB_REF_THREADS when set (>= 1), else the CPUs
+// this process may run on.
+int reference_threads();
+
+// Runs fn(i) for i in [0, n), dynamically scheduled over reference_threads();
+// serially when `work` (a rough flop count of all tasks) is too small to pay
+// for starting threads. Rethrows the first exception a task threw.
+void parallel_for(int n, double work, const std::function<void(int)>& fn);
+
+// RoPE frequencies of one layer shape (the contract in reference.h):
+// inv_hp[i] = theta^(-2i/rotary_dim) in double, inv_lp[i] the same rounded to
+// float (what the kernels get from the host), sel[i] = rope_section(shape, i).
+struct RopeFreqs {
+  int half = 0;
+  std::vector<double> inv_hp;
+  std::vector<float> inv_lp;
+  std::vector<int> sel;
+};
+RopeFreqs rope_freqs(const LayerShape& shape);
+
+// cos/sin of every token of one stream, [count][half]: hp in double from a
+// double angle, lp in float from a float angle (float(pos) * inv_lp).
+struct RopeTable {
+  int half = 0;
+  std::vector<double> cos_hp, sin_hp;
+  std::vector<float> cos_lp, sin_lp;
+};
+RopeTable rope_table(const RopeFreqs& freqs, const StreamTruth& stream);
+// The same for one token with explicit T/H/W positions.
+RopeTable rope_table_one(const RopeFreqs& freqs, uint32_t pos_t, uint32_t pos_h, uint32_t pos_w);
+
+// Rotates one head vector x[head_dim] ("rotate half" over the first 2*half dims;
+// the rest pass through). hp: in double, result kept unrounded in float. lp: in
+// float, result rounded to bf16 (returned as the float of that bf16).
+void rope_head_hp(const double* cos, const double* sin, int half, int head_dim, const bf16* x,
+                  float* y);
+void rope_head_lp(const float* cos, const float* sin, int half, int head_dim, const bf16* x,
+                  float* y);
+
+// One stream of a Gated DeltaNet layer in high precision, with the state in and
+// out in double (GdnReference::h_hp is f32; chunk-split tests need the state
+// unrounded). `h0` empty: the state starts from GdnInputs::h0[stream] (or zero).
+// out: [count, Hv, v_dim]; h_final: [Hv, v_dim, k_dim].
+void gdn_stream_hp(const Batch& batch, const LayerShape& shape, int layer, int stream,
+                   const std::vector<double>& h0, std::vector<double>* out,
+                   std::vector<double>* h_final);
+
+}  // namespace pb::detail

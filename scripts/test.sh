@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# test.sh: installs what is missing, builds, runs every test with ctest and
+# prints ctest's summary. GPU tests skip ("skipped: no CUDA device") without a GPU.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${PB_BUILD_DIR:-$root/build}"
+start=$(date +%s)
+"$root/scripts/build.sh"
+echo "test.sh: build took $(( $(date +%s) - start )) s"
+cd "$build"
+ctest --output-on-failure -j "$(nproc)" ${PB_CTEST_ARGS:-}
