@@ -129,18 +129,9 @@ __global__ void __launch_bounds__(AttnConfig::kThreads) attention_kernel(AttnPar
     dst[1] = make_float4(f[4], f[5], f[6], f[7]);
   }
 
-  int bound[RM];
-  bool valid[RM];
-  int out_row[RM];
+  int bound[RM];  // last key each of this thread's query vectors attends
 #pragma unroll
-  for (int r = 0; r < RM; ++r) {
-    const int v = tm + 16 * r;
-    const int rl_raw = v / p.heads_per_cta, g_raw = v - rl_raw * p.heads_per_cta;
-    valid[r] = rl_raw < nrows && g_raw < nheads;
-    const int rl = min(rl_raw, nrows - 1);
-    bound[r] = base_bound + rl;
-    out_row[r] = (sr.begin + row0 + rl) * p.num_q_heads + head0 + min(g_raw, nheads - 1);
-  }
+  for (int r = 0; r < RM; ++r) bound[r] = base_bound + min((tm + 16 * r) / p.heads_per_cta, nrows - 1);
 
   float o[RM][CO][4];
   float m_run[RM], l_run[RM];
@@ -307,8 +298,10 @@ __global__ void __launch_bounds__(AttnConfig::kThreads) attention_kernel(AttnPar
     float l = l_run[r];
 #pragma unroll
     for (int off = 8; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-    if (!valid[r]) continue;
-    uint16_t* dst = p.out + static_cast<size_t>(out_row[r]) * D;
+    const int v = tm + 16 * r;
+    const int rl = v / p.heads_per_cta, g = v - rl * p.heads_per_cta;
+    if (rl >= nrows || g >= nheads) continue;  // a padding vector
+    uint16_t* dst = p.out + (static_cast<size_t>(sr.begin + row0 + rl) * p.num_q_heads + head0 + g) * D;
 #pragma unroll
     for (int k = 0; k < CO; ++k) {
       uint2 u;

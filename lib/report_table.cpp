@@ -54,6 +54,14 @@ std::string ms(double v) {
   return fmt::format("{:.4f}", v);
 }
 
+// A rate: two decimals, or three significant digits when that would show 0.00.
+std::string rate(double v) {
+  if (!std::isfinite(v)) return num(v);
+  if (v >= 1000) return fmt::format("{:.0f}", v);
+  if (v >= 0.01 || v == 0) return fmt::format("{:.2f}", v);
+  return fmt::format("{:.2e}", v);
+}
+
 std::string shorten(const std::string& s, size_t width) {
   if (s.size() <= width) return s;
   if (width <= 3) return s.substr(0, width);
@@ -218,7 +226,7 @@ struct StreamView {
   std::vector<std::vector<char>> verdict;  // [stream][check]: '.', 'X', '-'
   std::vector<bool> failing;
   std::vector<double> max_abs, rel_l2, badness;  // worst numeric figure per stream
-  std::vector<bool> has_numeric;
+  std::vector<bool> has_numeric, nonfinite;
 };
 
 StreamView stream_view(const RunResult& r) {
@@ -230,6 +238,7 @@ StreamView stream_view(const RunResult& r) {
   v.rel_l2.assign(n, 0);
   v.badness.assign(n, 0);
   v.has_numeric.assign(n, false);
+  v.nonfinite.assign(n, false);
   auto mark = [&](int stream, size_t c) {
     if (stream < 0 || static_cast<size_t>(stream) >= n) return;
     v.verdict[stream][c] = 'X';
@@ -247,6 +256,7 @@ StreamView stream_view(const RunResult& r) {
       if (check.name != kCheckNumeric || f.stream < 0 || static_cast<size_t>(f.stream) >= n)
         continue;
       v.has_numeric[f.stream] = true;
+      if (f.nonfinite > 0) v.nonfinite[f.stream] = true;
       take_worst(v.max_abs[f.stream], f.max_abs);
       take_worst(v.rel_l2[f.stream], f.rel_l2);
       take_worst(v.badness[f.stream], badness(f));
@@ -292,32 +302,38 @@ void header(std::string& out, const RunResult& r, const Painter& paint) {
       plural(r.total_tokens, "token", "tokens"),
       plural(r.layer_kinds.size(), "layer", "layers"),
       kind_text.empty() ? "" : " (" + kind_text + ")");
-  // "PASS  name  backend on device" + rest; name and device give way when too long.
-  const size_t fixed = 4 + 2 + 2 + r.backend.size() + 4 + rest.size();
-  const size_t room = fixed + 16 < kWidth ? kWidth - fixed : 16;
-  size_t name_w = r.scenario_name.size(), device_w = r.device.name.size();
-  if (name_w + device_w > room) {
-    const size_t half = room / 2;
-    if (name_w <= half)
-      device_w = room - name_w;
-    else if (device_w <= half)
-      name_w = room - device_w;
-    else
-      name_w = half, device_w = room - half;
-  }
-  const std::string device = r.device.name.empty() ? "?" : shorten(r.device.name, device_w);
-  out += fmt::format("{}  {}  {} on {}{}\n", paint.verdict(r.passed()),
-                     paint(shorten(r.scenario_name, name_w), "1"), r.backend, device, rest);
+  // "PASS  name  backend on device" + rest. The name has priority: the device is
+  // shortened, or left to the line below when even a short one does not fit.
+  constexpr size_t kMinDevice = 12;
+  const std::string device_name = r.device.name.empty() ? "?" : r.device.name;
+  const size_t fixed = 4 + 2 + 2 + r.backend.size() + rest.size();
+  const size_t room = fixed + 16 < kWidth ? kWidth - fixed : 16;  // name + " on " + device
+  size_t name_w = r.scenario_name.size();
+  std::string device;
+  if (name_w + 4 + device_name.size() <= room)
+    device = device_name;
+  else if (name_w + 4 + kMinDevice <= room)
+    device = shorten(device_name, room - name_w - 4);
+  else
+    name_w = std::min(name_w, room);
+  const bool device_cut = device != device_name;
+  out += fmt::format("{}  {}  {}{}{}\n", paint.verdict(r.passed()),
+                     paint(shorten(r.scenario_name, name_w), "1"), r.backend,
+                     device.empty() ? "" : " on " + device, rest);
 
   const DeviceInfo& d = r.device;
-  std::vector<std::string> info = {
+  std::vector<std::string> info;
+  if (r.scenario_name.size() > name_w) info.push_back("scenario " + r.scenario_name);
+  if (device_cut) info.push_back("device " + d.name);
+  for (std::string item : {
       fmt::format("file {}", r.scenario_path.empty() ? "-" : r.scenario_path),
       fmt::format("inputs_checksum {:016x}", r.inputs_checksum),
       fmt::format("chunk_len {}", r.chunk_len),
       fmt::format("max_blocks_per_seq {}", r.max_blocks_per_seq),
       fmt::format("staged_bytes {}", r.staged_bytes),
       fmt::format("ref_sample {}", r.ref_sample == 0 ? std::string("full")
-                                                     : std::to_string(r.ref_sample))};
+                                                     : std::to_string(r.ref_sample))})
+    info.push_back(std::move(item));
   if (!d.driver.empty()) info.push_back("driver " + d.driver);
   if (!d.runtime.empty()) info.push_back("runtime " + d.runtime);
   if (d.sm_count > 0) info.push_back(fmt::format("{} SMs", d.sm_count));
@@ -345,14 +361,16 @@ void streams(std::string& out, const RunResult& r, const StreamView& v, const Pa
       const std::string cell(1, c);
       cells += " " + (c == 'X' ? paint(cell, "1;31") : c == '-' ? paint(cell, "2") : cell);
     }
-    const std::string abs = v.has_numeric[b] ? num(v.max_abs[b]) : "-";
+    // max_abs is over the finite values; NaN/Inf outputs say so instead.
+    const std::string abs = !v.has_numeric[b] ? "-" : v.nonfinite[b] ? "nonfinite" : num(v.max_abs[b]);
     const std::string rel = v.has_numeric[b] ? num(v.rel_l2[b]) : "-";
     out += fmt::format("  {:>6} {:>6} {:>6} {:>7} {:>6} {:>3} {:>10} {:>10} {}\n", b,
                        s.chunk_start, s.count, s.kv_len, s.blocks, s.has_image ? "yes" : "",
                        abs, rel, cells);
   }
   if (shown.size() < r.streams.size())
-    out += fmt::format("  ... {} more streams all passing\n", r.streams.size() - shown.size());
+    out += fmt::format("  ... {} all passing\n",
+                       plural(r.streams.size() - shown.size(), "more stream", "more streams"));
 }
 
 void checks(std::string& out, const RunResult& r, const Painter& paint) {
@@ -481,9 +499,9 @@ void timings(std::string& out, const RunResult& r) {
     std::string line = fmt::format(
         "  {:<10} {:<11} {:>7} {:>9} {:>9} {:>9} {:>8}{}", shorten(row.label, 10),
         shorten(row.kernel, 11), row.samples, ms(row.median_ms), ms(row.min_ms), ms(row.max_ms),
-        has_flops ? fmt::format("{:.2f}", tflops) : "-", gdn && has_flops ? "*" : " ");
+        has_flops ? rate(tflops) : "-", gdn && has_flops ? "*" : " ");
     if (peaks) line += fmt::format(" {:>6}", has_flops ? pct(tflops, d.peak_tflops) : "-");
-    line += fmt::format(" {:>9}", has_bytes ? fmt::format("{:.1f}", gbps) : "-");
+    line += fmt::format(" {:>9}", has_bytes ? rate(gbps) : "-");
     if (peaks) line += fmt::format(" {:>6}", has_bytes ? pct(gbps, d.peak_gbps) : "-");
     out += line + "\n";
   }

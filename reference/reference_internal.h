@@ -53,6 +53,10 @@ void rope_head_hp(const double* cos, const double* sin, int half, int head_dim, 
 void rope_head_lp(const float* cos, const float* sin, int half, int head_dim, const bf16* x,
                   float* y);
 
+// e[j] = exp(s[j] * scale - m) in double for j < n (arguments <= 0, as in a
+// softmax after its max); returns the sum of e, accumulated in order.
+double exp_scores_hp(const float* s, int n, double scale, double m, double* e);
+
 // One stream of a Gated DeltaNet layer in high precision, with the state in and
 // out in double (GdnReference::h_hp is f32; chunk-split tests need the state
 // unrounded). `h0` empty: the state starts from GdnInputs::h0[stream] (or zero).

@@ -423,6 +423,66 @@ TEST(AttentionReference, LowPrecisionDriftIsBf16Sized) {
   for (float x : ref.out_lp) EXPECT_EQ(x, round_bf16(x));
 }
 
+// lp rounds the unnormalised P to bf16 before P*V and divides by the unrounded
+// float sum: with one-hot values, out = (P0, bf16(P1)) / (P0 + P1). The RoPE
+// position of the token is 0 (positions are ground truth, apart from the cache
+// index), so nothing rotates: s0 = 0 (prior key 0), s1 = k1 / sqrt(2) ~ ln 0.3.
+TEST(AttentionReference, LowPrecisionRoundsPBeforePV) {
+  const LayerShape shape = attn_shape(1, 1, 2, 2, 4, 2);
+  Batch batch = attn_batch(shape, {{1, 1, {0}}});
+  batch.streams[0].pos_t = batch.streams[0].pos_h = batch.streams[0].pos_w = {0};
+  AttnInputs& in = batch.layers[0].attn;
+  const float k1 = round_bf16(static_cast<float>(std::sqrt(2.0) * std::log(0.3)));
+  in.q = {B(1), B(0)};
+  in.k = {to_bf16(k1), B(0)};
+  in.v = {B(0), B(1)};
+  in.prior_k[0] = {B(0), B(0)};
+  in.prior_v[0] = {B(1), B(0)};
+  const AttnReference ref = attention_reference(batch, shape, 0, 0, 1);
+
+  const float p1 = std::exp(k1 * (1.0f / std::sqrt(2.0f)));  // P0 = exp(0) = 1
+  const float l = 1.0f + p1;
+  const float want1 = round_bf16(round_bf16(p1) / l), unrounded_p = round_bf16(p1 / l);
+  ASSERT_NE(want1, unrounded_p) << "the case must tell P rounding apart";
+  EXPECT_EQ(ref.out_lp[0], round_bf16(1.0f / l));
+  EXPECT_EQ(ref.out_lp[1], want1);
+  const double p1d = std::exp(double(k1) / std::sqrt(2.0));
+  EXPECT_NEAR(ref.out_hp[0], 1 / (1 + p1d), 1e-7);
+  EXPECT_NEAR(ref.out_hp[1], p1d / (1 + p1d), 1e-7);
+}
+
+TEST(AttentionReference, SoftmaxExpIsDoubleAccurate) {
+  // exp_scores_hp is the hp softmax's exp: 1 ulp-level against std::exp.
+  std::vector<float> s;
+  for (int i = 0; i <= 20000; ++i) s.push_back(-0.0375f * i);  // down to -750
+  s.push_back(std::numeric_limits<float>::quiet_NaN());
+  s.push_back(-std::numeric_limits<float>::infinity());
+  std::vector<double> e(s.size());
+  const double scale = 0.7, m = -1.25;
+  const double sum = detail::exp_scores_hp(s.data(), static_cast<int>(s.size()), scale, m, e.data());
+  double want_sum = 0, worst = 0;
+  for (size_t j = 0; j + 2 < s.size(); ++j) {
+    const double x = double(s[j]) * scale - m;
+    const double want = std::exp(x);
+    want_sum += want;
+    if (x > -708) {
+      worst = std::max(worst, std::fabs(e[j] - want) / want);
+    } else {
+      EXPECT_LT(e[j], 1e-300);
+    }
+  }
+  EXPECT_LT(worst, 1e-15);
+  EXPECT_TRUE(std::isnan(e[s.size() - 2]));
+  EXPECT_LT(e[s.size() - 1], 1e-300);
+  EXPECT_TRUE(std::isnan(sum));
+  const double sum_finite = detail::exp_scores_hp(s.data(), static_cast<int>(s.size()) - 2, scale, m, e.data());
+  EXPECT_NEAR(sum_finite, want_sum, 1e-13 * want_sum);
+  const float zero = 0;
+  double one = 0;
+  detail::exp_scores_hp(&zero, 1, 1.0, 0.0, &one);
+  EXPECT_EQ(one, 1.0);
+}
+
 // ------------------------------------------------------ (g) expected cache
 
 TEST(AttentionReference, ExpectedCacheSlots) {
@@ -630,7 +690,32 @@ TEST(GdnReference, HandWorkedSingleToken) {
     for (int j = 0; j < 2; ++j) S[i][j] += delta[i] * k[j];
   for (int i = 0; i < 2; ++i) o[i] = (S[i][0] * q[0] + S[i][1] * q[1]) / std::sqrt(2.0);
 
+  // The same chain at the kernels' precision: float conv and SiLU, the conv
+  // output rounded to bf16, norm and recurrence in float, o rounded to bf16.
+  float yl[6];
+  for (int c = 0; c < 6; ++c) {
+    float u = 0;
+    u += float(w0[c]) * float(xprev[c]);
+    u += float(w1[c]) * float(x[c]);
+    yl[c] = round_bf16(u / (1.0f + std::exp(-u)));
+  }
+  const float qnl = 1.0f / std::sqrt(yl[0] * yl[0] + yl[1] * yl[1] + 1e-6f);
+  const float knl = 1.0f / std::sqrt(yl[2] * yl[2] + yl[3] * yl[3] + 1e-6f);
+  const float ql[2] = {yl[0] * qnl, yl[1] * qnl}, kl[2] = {yl[2] * knl, yl[3] * knl};
+  const float al = std::exp(float(g));
+  float Sl[2][2], ol[2];
+  for (int i = 0; i < 2; ++i) {
+    const float sk = float(S0[i][0]) * kl[0] + float(S0[i][1]) * kl[1];
+    const float dl = float(beta) * (yl[4 + i] - al * sk);
+    for (int j = 0; j < 2; ++j) Sl[i][j] = al * float(S0[i][j]) + dl * kl[j];
+    ol[i] = round_bf16((Sl[i][0] * ql[0] + Sl[i][1] * ql[1]) / std::sqrt(2.0f));
+  }
+
   const GdnReference ref = gdn_reference(batch, shape, 0);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NEAR(ref.out_lp[i], ol[i], std::fabs(ol[i]) / 256) << "within one bf16 ulp";
+    for (int j = 0; j < 2; ++j) EXPECT_NEAR(ref.h_lp[0][i * 2 + j], Sl[i][j], 1e-6);
+  }
   std::vector<double> out64, h64;
   detail::gdn_stream_hp(batch, shape, 0, 0, {}, &out64, &h64);
   for (int i = 0; i < 2; ++i) {
@@ -758,6 +843,40 @@ TEST(GdnReference, ConvNeverReadsThePreviousStream) {
     EXPECT_EQ(alone.out_hp[e], base.out_hp[s1 + e]);
     EXPECT_EQ(alone.out_lp[e], base.out_lp[s1 + e]);
   }
+}
+
+// v head h reads k head h / (Hv / Hk): the same layer with the q/k channels of
+// each k head duplicated per v head (Hk = Hv) must give the same numbers.
+TEST(GdnReference, GqaHeadMapping) {
+  const LayerShape shape = gdn_shape(2, 4, 4, 3, 3);
+  Batch batch = gdn_batch(shape, {{2, 7, {}}});
+  randomize_gdn(&batch, 121);
+  const LayerShape wide = gdn_shape(4, 4, 4, 3, 3);
+  Batch dup = gdn_batch(wide, {{2, 7, {}}});
+  const GdnInputs& a = batch.layers[0].gdn;
+  GdnInputs& w = dup.layers[0].gdn;
+  const int C = conv_dim(shape), CW = conv_dim(wide), dk = 4, dc = 3;
+  // wide channel -> narrow channel: q heads 0..3 -> 0,0,1,1; k likewise; v as is.
+  auto src_ch = [&](int c) {
+    if (c < 4 * dk) return (c / dk / 2) * dk + c % dk;
+    if (c < 8 * dk) return 2 * dk + ((c - 4 * dk) / dk / 2) * dk + c % dk;
+    return c - 4 * dk;
+  };
+  for (int t = 0; t < 7; ++t)
+    for (int c = 0; c < CW; ++c) w.x[t * CW + c] = a.x[t * C + src_ch(c)];
+  for (int c = 0; c < CW; ++c)
+    for (int j = 0; j < dc; ++j) {
+      w.conv_w[c * dc + j] = a.conv_w[src_ch(c) * dc + j];
+      if (j < dc - 1) w.conv0[0][c * (dc - 1) + j] = a.conv0[0][src_ch(c) * (dc - 1) + j];
+    }
+  w.g = a.g;
+  w.beta = a.beta;
+  w.h0 = a.h0;
+  const GdnReference ref = gdn_reference(batch, shape, 0);
+  const GdnReference ref2 = gdn_reference(dup, wide, 0);
+  EXPECT_EQ(ref.out_hp, ref2.out_hp);
+  EXPECT_EQ(ref.out_lp, ref2.out_lp);
+  EXPECT_EQ(ref.h_hp[0], ref2.h_hp[0]);
 }
 
 TEST(GdnReference, LowPrecisionDriftIsBf16Sized) {

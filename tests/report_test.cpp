@@ -194,9 +194,16 @@ TEST(ReportTable, ShowsEveryFailingStreamAndFinding) {
   EXPECT_EQ(table.find('\x1b'), std::string::npos) << "colour codes without color";
 
   const std::string flat = squeeze(table);
-  for (const RunResult& r : runs)
-    for (size_t b = 0; b < r.streams.size(); ++b)
-      EXPECT_NE(table.find(stream_row(r, b)), std::string::npos) << r.scenario_name << " " << b;
+  // Each run's part of the table starts at its header.
+  const size_t ok_at = table.find("PASS  text_only"), bad_at = table.find("FAIL  hybrid_mix");
+  ASSERT_NE(ok_at, std::string::npos);
+  ASSERT_NE(bad_at, std::string::npos);
+  ASSERT_LT(ok_at, bad_at);
+  const std::string parts[2] = {table.substr(ok_at, bad_at - ok_at), table.substr(bad_at)};
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t b = 0; b < runs[i].streams.size(); ++b)
+      EXPECT_NE(parts[i].find(stream_row(runs[i], b)), std::string::npos)
+          << runs[i].scenario_name << " stream " << b;
   for (const CheckResult& c : runs[1].checks)
     for (const Finding& f : c.findings) {
       const std::string at = f.stream >= 0 ? fmt::format("layer {} stream {}: ", f.layer, f.stream)
@@ -204,11 +211,13 @@ TEST(ReportTable, ShowsEveryFailingStreamAndFinding) {
       EXPECT_NE(flat.find(squeeze(at + f.message)), std::string::npos) << f.message;
     }
   EXPECT_NE(table.find("(+7 more)"), std::string::npos);
+  // Stream 2 of the failing run: NaN outputs, numeric X.
+  const std::string row2 = parts[1].substr(parts[1].find(stream_row(runs[1], 2)));
+  EXPECT_EQ(squeeze(row2.substr(0, row2.find('\n')).substr(stream_row(runs[1], 2).size())),
+            "nonfinite inf . . X . . . - -");
   EXPECT_NE(flat.find("not run no MRoPE in this scenario"), std::string::npos);
   EXPECT_NE(flat.find("worst layer 1 stream 2 out: max_abs nan"), std::string::npos);
   EXPECT_NE(table.find("slot-off-by-one"), std::string::npos);
-  EXPECT_NE(table.find("PASS  text_only"), std::string::npos);
-  EXPECT_NE(table.find("FAIL  hybrid_mix"), std::string::npos);
   // Peaks known: % of peak; per-layer timing lines (<= 4 layers); the gdn note.
   EXPECT_NE(table.find("%peak"), std::string::npos);
   EXPECT_NE(table.find(fmt::format("  {:<10} {:<11}", "1 gdn", "conv1d")), std::string::npos);
@@ -234,8 +243,11 @@ TEST(ReportTable, ManyStreamsShowWorstAndEveryFailing) {
   numeric.fail(0, 5, "stream 5: max_abs 2e-2 over limit 8e-3");
   r.checks[4].fail(0, 33, "stream 33: slot 12 of block 7 not written");
   r.checks[4].fail(0, 38, "stream 38: slot 3 of block 2 holds stream 37's key");
+  r.device.name = std::string("NVIDIA H200 with a very long marketing name ") + std::string(60, 'x');
   const std::string table = format_table({r}, false);
   expect_fits(table);
+  // The header shortens the device name; the line below it holds it whole.
+  EXPECT_NE(squeeze(table).find("device " + r.device.name), std::string::npos) << table;
   for (int b : {5, 33, 38, 17}) EXPECT_NE(table.find(stream_row(r, b)), std::string::npos) << b;
   EXPECT_NE(table.find("... 32 more streams all passing"), std::string::npos) << table;
   int rows = 0;

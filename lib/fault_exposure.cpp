@@ -1,0 +1,86 @@
+// fault_exposure.cpp: when each fault can reach its check (see fault_exposure.h).
+// conv-state-bleed corrupts only the conv window of a stream's first d_conv-1
+// tokens; the recurrence then scales that error by the stream's cumulative
+// decay exp(sum g), so it reaches the final h_state only where some later
+// stream's decay leaves more than kBleedVisible of it.
+#include "fault_exposure.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pb {
+
+namespace {
+
+constexpr double kBleedVisible = 1e-2;
+
+bool has(const Scenario& s, LayerKind k) { return std::count(s.layers.begin(), s.layers.end(), k) > 0; }
+
+double best_bleed_survival(const Scenario& s, const Batch& batch) {
+  const int Hv = s.model.gdn.num_v_heads, W = s.model.gdn.d_conv - 1;
+  double best = 0;
+  for (const LayerInputs& li : batch.layers) {
+    if (li.kind != LayerKind::gdn) continue;
+    for (int b = 1; b < batch.num_streams; ++b) {
+      const StreamTruth& st = batch.streams[b];
+      for (int h = 0; h < Hv; ++h) {
+        double sum = 0;
+        for (int i = std::min(W, st.count); i < st.count; ++i)
+          sum += li.gdn.g[static_cast<size_t>(st.row_begin + i) * Hv + h];
+        best = std::max(best, std::exp(sum));
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Exposure fault_exposure(Fault f, const Scenario& s, const Batch& batch) {
+  const int N = batch.num_streams;
+  auto no = [](std::string why) { return Exposure{false, std::move(why)}; };
+  const bool attn = has(s, LayerKind::attn), gdn = has(s, LayerKind::gdn);
+  switch (f) {
+    case Fault::kv_lens_max: {
+      if (!attn) return no("no attention layer reads kv_lens");
+      bool differ = false;
+      for (const StreamTruth& st : batch.streams) differ = differ || st.kv_len != batch.streams[0].kv_len;
+      return differ ? Exposure{} : no("every stream has the same kv_len, so the maximum is each one's own");
+    }
+    case Fault::staged_bytes_undercount:
+      return Exposure{};
+    case Fault::slot_off_by_one:
+      return attn ? Exposure{} : no("no attention layer writes the KV cache");
+    case Fault::block_table_swap:
+      if (!attn) return no("no attention layer reads block tables");
+      if (N < 2) return no("one stream: there is no second table to swap with");
+      if (batch.streams[0].kv_len == batch.streams[1].kv_len)
+        return no("streams 0 and 1 have the same kv_len: each reads only live keys of the other "
+                  "(numeric catches it, the causal bound cannot)");
+      return Exposure{};
+    case Fault::cu_seqlens_off_by_one:
+      if (!attn) return no("no attention layer writes the KV cache");
+      return N >= 2 ? Exposure{} : no("one stream: there is no interior boundary to shift");
+    case Fault::causal_off_by_one:
+      return attn ? Exposure{} : no("no attention layer");
+    case Fault::mrope_hw_alias: {
+      if (!s.model.mrope.enabled) return no("no MRoPE: H and W alias T by design");
+      bool image = false;
+      for (const StreamTruth& st : batch.streams) image = image || st.has_image;
+      return image ? Exposure{} : no("no image token in this chunk: H = W = T for text");
+    }
+    case Fault::conv_state_bleed:
+      if (!gdn) return no("no gdn layer");
+      if (N < 2) return no("one stream: there is no previous stream to bleed from");
+      if (best_bleed_survival(s, batch) < kBleedVisible)
+        return no("every later stream is long enough that the recurrence's decay washes the bleed "
+                  "out of its final h_state (the numeric check still sees its first tokens)");
+      return Exposure{};
+    case Fault::h_state_ptr_swap:
+      if (!gdn) return no("no gdn layer");
+      return N >= 2 ? Exposure{} : no("one stream: there is no second pointer to swap with");
+  }
+  return Exposure{};
+}
+
+}  // namespace pb

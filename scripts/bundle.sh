@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# bundle.sh: builds Release with CUDA into build-bundle/ (or $PB_BUNDLE_BUILD) and
+# assembles bundle/ for the GPU machine: prefill-bench, the test binaries, any
+# benchmark programs, scenarios/ and the GPU test scenarios (tests/cuda/*.yaml).
+# Every binary must need only glibc at run time (libstdc++/libgcc, cudart and
+# yaml-cpp are linked statically); a shared library a binary still needs
+# (libbenchmark.so.1debian) is copied next to it and must be found through an
+# $ORIGIN rpath. Fails when a binary needs anything else or bundle/ tops 60 MiB.
+# The device tool takes it along with: run(command=..., carry=["bundle"]).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${PB_BUNDLE_BUILD:-$root/build-bundle}"
+bundle="$root/bundle"
+jobs="${PB_JOBS:-2}"
+
+bench=OFF
+[ -f "$root/bench/CMakeLists.txt" ] && bench=ON
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPB_WITH_CUDA=ON \
+  -DPB_BUILD_BENCH="${PB_BUNDLE_BENCH:-$bench}" >/dev/null
+grep -q "libpb_kernels.a" "$build/build.ninja" ||
+  { echo "bundle.sh: this configuration has no CUDA backend (nvcc not found?)" >&2; exit 1; }
+ninja -C "$build" -j "$jobs" prefill-bench pb_tests cuda_backend_test
+# Benchmark programs, when the bench/ directory defines any.
+bench_targets=$(ninja -C "$build" -t targets all 2>/dev/null |
+                sed -n 's#^\(bench/[A-Za-z0-9_.-]*\): CXX_EXECUTABLE_LINKER.*#\1#p' || true)
+[ -n "$bench_targets" ] && ninja -C "$build" -j "$jobs" $bench_targets
+
+rm -rf "$bundle"
+mkdir -p "$bundle/scenarios" "$bundle/tests"
+cp "$build/apps/prefill-bench" "$bundle/"
+cp "$build/tests/pb_tests" "$build/tests/cuda_backend_test" "$bundle/"
+for t in $bench_targets; do cp "$build/$t" "$bundle/"; done
+cp "$root"/scenarios/*.yaml "$bundle/scenarios/"
+cp "$root"/tests/cuda/*.yaml "$bundle/tests/"
+cp "$root/scripts/device-check.sh" "$bundle/"
+
+# Run-time dependencies: glibc's own libraries only, or a carried .so found via $ORIGIN.
+allowed='^(linux-vdso\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux-x86-64\.so)'
+status=0
+for bin in "$bundle"/*; do
+  [ -f "$bin" ] && [ -x "$bin" ] && file -b "$bin" 2>/dev/null | grep -q ELF || continue
+  while read -r lib _ path _; do
+    [ -z "$lib" ] && continue
+    if echo "$lib" | grep -Eq "$allowed" || [[ "$lib" == /* ]]; then continue; fi
+    if [[ "$lib" == libbenchmark* ]] && [ -n "${path:-}" ] && [ -f "$path" ]; then
+      cp -n "$path" "$bundle/"
+      if ! readelf -d "$bin" | grep -Eq 'R(UN)?PATH.*\$ORIGIN'; then
+        echo "bundle.sh: $(basename "$bin") needs $lib but has no \$ORIGIN rpath" >&2
+        status=1
+      fi
+      continue
+    fi
+    echo "bundle.sh: $(basename "$bin") needs $lib (=> ${path:-not found}); only glibc may stay shared" >&2
+    status=1
+  done < <(ldd "$bin" | sed 's/^[[:space:]]*//')
+done
+[ "$status" -eq 0 ] || exit 1
+
+size_kib=$(du -sk "$bundle" | cut -f1)
+if [ "$size_kib" -gt $((60 * 1024)) ]; then
+  echo "bundle.sh: bundle/ is $((size_kib / 1024)) MiB, over the 60 MiB limit" >&2
+  exit 1
+fi
+echo "bundle.sh: bundle/ ready, $((size_kib / 1024)) MiB:"
+ls -l "$bundle" | sed -n '2,$p'

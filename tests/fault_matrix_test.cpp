@@ -1,0 +1,84 @@
+// fault_matrix_test.cpp: every fault on every shipped scenario, on the host
+// backend and (where a GPU is present) the CUDA backend. Each case asserts the
+// fault's named check fired with a finding that names a layer or stream, not
+// only that the run failed. Where a fault cannot show on a scenario, the case
+// is skipped with the reason (fault_exposure), never passed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "lib/fault_exposure.h"
+#include "lib/run.h"
+
+namespace pb {
+namespace {
+
+struct Case {
+  Fault fault;
+  std::string scenario;  // path
+  std::string backend;
+};
+
+std::vector<std::string> shipped_scenarios() {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(PB_SOURCE_DIR) + "/scenarios"))
+    if (e.path().extension() == ".yaml") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> out;
+  for (const char* backend : {"host", "cuda"})
+    for (const FaultInfo& f : all_faults())
+      for (const std::string& s : shipped_scenarios()) out.push_back({f.fault, s, backend});
+  return out;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string n = std::string(info.param.backend) + "_" + fault_info(info.param.fault).name + "_" +
+                  std::filesystem::path(info.param.scenario).stem().string();
+  for (char& c : n)
+    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+}
+
+class FaultMatrix : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FaultMatrix, NamedCheckTrips) {
+  const Case& c = GetParam();
+  if (c.backend == "cuda") {
+    std::string why;
+    if (!make_cuda_backend(FaultSet{}, &why)) GTEST_SKIP() << "skipped: no CUDA device (" << why << ")";
+  }
+  const Scenario s = load_scenario(c.scenario);
+  const FaultInfo& info = fault_info(c.fault);
+  const Exposure e = fault_exposure(c.fault, s, generate_batch(s));
+  if (!e.can_show) GTEST_SKIP() << info.name << " cannot show on " << s.name << ": " << e.why_not;
+  RunOptions opt;
+  opt.backend = c.backend;
+  opt.inject.add(c.fault);
+  opt.repeat = 2;
+  const RunResult r = run_scenario(s, opt);
+  EXPECT_FALSE(r.passed());
+  const CheckResult* check = r.check(info.must_trip);
+  ASSERT_NE(check, nullptr);
+  ASSERT_TRUE(check->ran) << check->not_run_why;
+  ASSERT_FALSE(check->passed) << info.name << " did not trip " << info.must_trip << " on " << s.name;
+  ASSERT_FALSE(check->findings.empty());
+  const Finding& f = check->findings.front();
+  EXPECT_TRUE(f.layer >= 0 || f.stream >= 0 || c.fault == Fault::staged_bytes_undercount)
+      << "finding names neither layer nor stream: " << f.message;
+  EXPECT_FALSE(f.message.empty());
+  if (c.fault == Fault::staged_bytes_undercount) {
+    const CheckResult* guard = r.check(kCheckScratchGuard);
+    ASSERT_TRUE(guard && guard->ran);
+    EXPECT_FALSE(guard->passed) << "the undercount must also show in the scratch guard";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, FaultMatrix, ::testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace pb
