@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
@@ -143,6 +144,16 @@ json report_json(const std::vector<RunResult>& runs) {
 void write_json(const std::string& path, const nlohmann::json& report) {
   // Invalid UTF-8 in a message (a device name, a path) is replaced, not thrown on.
   const std::string text = report.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  // A missing parent directory is made (--json reports/run.json in a fresh tree).
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+    std::filesystem::create_directories(parent, ec);
+    if (ec) {
+      throw std::runtime_error(fmt::format("cannot write JSON report {}: cannot create {}: {}",
+                                           path, parent.string(), ec.message()));
+    }
+  }
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   if (!file) {
     throw std::runtime_error(

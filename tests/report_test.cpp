@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -408,14 +409,26 @@ TEST(ReportJson, SchemaNamesMatchLibrary) {
   EXPECT_EQ(defs.at("fault_name").at("enum"), faults);
 }
 
-TEST(ReportJson, WriteFailureNamesThePath) {
-  const std::string path = "/nonexistent-dir-pb/report.json";
+TEST(ReportJson, WriteMakesTheDirectoryAndNamesThePathOnFailure) {
+  const std::string dir = temp_file("dir");
+  const std::string path = dir + "/sub/report.json";
+  write_json(path, report_json({}));
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  EXPECT_EQ(nlohmann::json::parse(in).at("runs").size(), 0u);
+  std::filesystem::remove_all(dir);
+
+  // A parent that is a plain file: neither made nor written.
+  const std::string file = temp_file("plain");
+  std::ofstream(file) << "x";
+  const std::string bad = file + "/report.json";
   try {
-    write_json(path, report_json({}));
+    write_json(bad, report_json({}));
     FAIL() << "no exception";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
   }
+  std::remove(file.c_str());
 }
 
 }  // namespace

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# device-check.sh: the GPU machine's check, run there from the repo root with
+# bundle/ present (scripts/bundle.sh built it here; the device tool carries it).
+# It prints the GPU, runs every shipped scenario (and the GPU test scenarios in
+# bundle/tests/) with --backend cuda, the fault matrix on the CUDA backend
+# (every fault on every scenario where it can show; it must trip its check),
+# compute-sanitizer memcheck and racecheck on the smoke scenario, and the GPU
+# tests; then prints a short summary table last. Everything lands in
+# ${OUT:-results}/ as at most 8 files (the device tool's limit):
+# device-check.log, summary.txt, scenarios.json, fault-matrix.txt,
+# sanitizer.txt, gpu-tests.txt, logs.tar.gz (per-scenario tables and JSON).
+# Knobs: PB_BUNDLE (bundle dir), PB_SKIP (words: scenarios faults sanitizer tests),
+# PB_SCENARIO_TIMEOUT / PB_PHASE_TIMEOUT (seconds).
+set -uo pipefail
+B="${PB_BUNDLE:-$PWD/bundle}"
+out="${OUT:-results}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+work="$(mktemp -d)"
+mkdir -p "$work/json" "$work/logs"
+skip=" ${PB_SKIP:-} "
+scn_timeout="${PB_SCENARIO_TIMEOUT:-240}"
+phase_timeout="${PB_PHASE_TIMEOUT:-300}"
+exec > >(tee "$out/device-check.log") 2>&1
+started=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - started )) s"; }
+
+[ -x "$B/prefill-bench" ] || { echo "device-check: no $B/prefill-bench (run scripts/bundle.sh and carry bundle)"; exit 2; }
+echo "== device"
+nvidia-smi --query-gpu=name,driver_version,memory.total,pstate,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
+  --format=csv,noheader 2>&1 || echo "nvidia-smi failed"
+uname -r
+
+scenarios=("$B"/scenarios/*.yaml "$B"/tests/*.yaml)
+declare -A scn_rc
+if [[ "$skip" != *" scenarios "* ]]; then
+  echo "== scenarios (--backend cuda) [$(elapsed)]"
+  for f in "${scenarios[@]}"; do
+    [ -f "$f" ] || continue
+    name="$(basename "$f" .yaml)"
+    timeout "$scn_timeout" "$B/prefill-bench" run "$f" --backend cuda --no-color \
+      --json "$work/json/$name.json" > "$work/logs/$name.txt" 2>&1
+    rc=$?
+    scn_rc[$name]=$rc
+    echo "-- $name: exit $rc [$(elapsed)]"
+    cat "$work/logs/$name.txt"
+  done
+fi
+
+if [[ "$skip" != *" faults "* ]]; then
+  echo "== fault matrix (cuda backend) [$(elapsed)]"
+  timeout "$phase_timeout" "$B/cuda_backend_test" --fault-matrix "$B"/scenarios/*.yaml > "$out/fault-matrix.txt" 2>&1
+  echo "fault matrix exit $? [$(elapsed)]"
+  cat "$out/fault-matrix.txt"
+fi
+
+if [[ "$skip" != *" sanitizer "* ]]; then
+  echo "== compute-sanitizer on smoke [$(elapsed)]"
+  : > "$out/sanitizer.txt"
+  for tool in memcheck racecheck; do
+    echo "--- $tool" >> "$out/sanitizer.txt"
+    timeout "$phase_timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      "$B/prefill-bench" run "$B/scenarios/smoke.yaml" --backend cuda --no-color --repeat 1 --warmup 0 \
+      >> "$out/sanitizer.txt" 2>&1
+    echo "$tool exit $?" >> "$out/sanitizer.txt"
+  done
+  grep -E "^---|ERROR SUMMARY|RACECHECK SUMMARY|exit [0-9]+$|Invalid|Race" "$out/sanitizer.txt" | head -40
+fi
+
+if [[ "$skip" != *" tests "* ]]; then
+  echo "== GPU tests [$(elapsed)]"
+  : > "$out/gpu-tests.txt"
+  timeout "$phase_timeout" "$B/cuda_backend_test" >> "$out/gpu-tests.txt" 2>&1
+  echo "cuda_backend_test exit $?" >> "$out/gpu-tests.txt"
+  if [ -x "$B/pb_tests" ]; then
+    (cd "$B" && timeout "$phase_timeout" ./pb_tests --gtest_brief=1) >> "$out/gpu-tests.txt" 2>&1
+    echo "pb_tests exit $?" >> "$out/gpu-tests.txt"
+  fi
+  tail -n 40 "$out/gpu-tests.txt"
+fi
+
+(cd "$work" && tar czf "$out/logs.tar.gz" json logs) 2>/dev/null
+
+# Summary last: one line per scenario, the fault matrix rows, sanitizer and tests.
+{
+  echo "== summary [$(elapsed)]"
+  if command -v python3 >/dev/null && ls "$work"/json/*.json >/dev/null 2>&1; then
+    python3 - "$work/json" "$out/scenarios.json" <<'PY'
+import glob, json, os, sys
+src, merged = sys.argv[1], sys.argv[2]
+reports = []
+for p in sorted(glob.glob(os.path.join(src, "*.json"))):
+    try:
+        reports.append(json.load(open(p)))
+    except Exception as e:
+        print(f"{os.path.basename(p)}: unreadable JSON ({e})")
+json.dump({"reports": reports}, open(merged, "w"), indent=1)
+print(f"{'scenario':<26} {'result':<6} {'failed checks':<22} kernel medians ms (sum over layers), attention TFLOP/s")
+for rep in reports:
+    for run in rep.get("runs", []):
+        name = run["scenario"]["name"]
+        bad = [c["name"] for c in run["checks"] if c["ran"] and not c["passed"]]
+        per = {}
+        att_flops = att_ms = 0.0
+        for t in run["timings"]:
+            per[t["kernel"]] = per.get(t["kernel"], 0.0) + (t["median_ms"] or 0.0)
+            if t["kernel"] == "attention":
+                att_flops += t["flops"] or 0.0
+                att_ms += t["median_ms"] or 0.0
+        ks = " ".join(f"{k}={v:.4f}" for k, v in per.items())
+        tf = f" attn {att_flops / (att_ms * 1e9):.1f} TFLOP/s" if att_ms > 0 else ""
+        print(f"{name:<26} {'PASS' if run['passed'] else 'FAIL':<6} {','.join(bad) or '-':<22} {ks}{tf}")
+PY
+  fi
+  for name in "${!scn_rc[@]}"; do
+    [ "${scn_rc[$name]}" -ne 0 ] && echo "scenario $name: prefill-bench exit ${scn_rc[$name]}"
+  done
+  [ -f "$out/fault-matrix.txt" ] && sed -n '/^fault matrix/,$p' "$out/fault-matrix.txt"
+  [ -f "$out/sanitizer.txt" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|exit [0-9]+$" "$out/sanitizer.txt"
+  [ -f "$out/gpu-tests.txt" ] && grep -E "^(PASSED|FAILED)|exit [0-9]+$|tests? (passed|failed)|PASSED \[|FAILED \[" "$out/gpu-tests.txt" | head -12
+} | tee "$out/summary.txt"
+rm -rf "$work"
