@@ -12,7 +12,8 @@ namespace pb {
 
 void check_attention(const Batch& batch, const LayerShape& shape, int layer,
                      const AttnReference& ref, const LayerOutputs& out, const Tolerance& tol,
-                     CheckResult& numeric, CheckResult& causal) {
+                     const std::vector<int32_t>& staged_kv_lens, CheckResult& numeric,
+                     CheckResult& causal) {
   const int Hq = shape.num_q_heads, D = shape.head_dim;
   for (int b = 0; b < batch.num_streams; ++b) {
     const StreamTruth& st = batch.streams[b];
@@ -53,9 +54,14 @@ void check_attention(const Batch& batch, const LayerShape& shape, int layer,
     if (nan_rows == 0) continue;
     const int p_first = st.chunk_start + first_nan, p_last = st.chunk_start + last_nan;
     std::string why;
-    if (nan_rows == 1 && last_nan == st.count - 1)
-      why = fmt::format("only its last token (position {}) is poisoned: it read key position {}, "
-                        "one past its causal bound", p_last, st.kv_len);
+    const int staged = b < static_cast<int>(staged_kv_lens.size()) ? staged_kv_lens[b] : st.kv_len;
+    if (staged != st.kv_len)
+      why = fmt::format("its staged kv_len is {}, expected {}: its tokens were placed at positions "
+                        "{}..{} and read keys up to {}, past its {} blocks", staged, st.kv_len,
+                        std::max(staged - st.count, 0), staged - 1, staged - 1, st.blocks.size());
+    else if (nan_rows == 1 && last_nan == st.count - 1)
+      why = fmt::format("only its last token (position {}) is poisoned: it read key position {} "
+                        "= kv_len, one past its causal bound", p_last, st.kv_len);
     else
       why = fmt::format("tokens at positions {}..{} read poisoned KV: a key position at or past its "
                         "kv_len {}, its table's guard entry, or a block it does not own",

@@ -32,10 +32,13 @@ void check_scratch_guard(const Batch& batch, bool mrope, const StagedImage& img,
 void check_positions(const Batch& batch, bool mrope, const StagedImage& img,
                      const std::vector<uint8_t>& scratch, uint64_t scratch_base, CheckResult& r);
 
-// numeric (attention output) and causal_bound (NaN poison reached a stream's output).
+// numeric (attention output) and causal_bound (NaN poison reached a stream's
+// output). `staged_kv_lens` (what the kernel was given, read back from scratch;
+// empty when unreadable) only sharpens the causal finding's explanation.
 void check_attention(const Batch& batch, const LayerShape& shape, int layer,
                      const AttnReference& ref, const LayerOutputs& out, const Tolerance& tol,
-                     CheckResult& numeric, CheckResult& causal);
+                     const std::vector<int32_t>& staged_kv_lens, CheckResult& numeric,
+                     CheckResult& causal);
 // kv_write: the whole cache against the expected cache.
 void check_kv_write(const Batch& batch, const LayerShape& shape, int layer,
                     const AttnReference& ref, const LayerOutputs& out, CheckResult& r);
