@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "backend.h"
 #include "parallel.h"
@@ -215,7 +216,7 @@ class HostBackend final : public Backend {
                                                 -2.0 * i / shape_.rotary_dim));
       sec[i] = section(i);
     }
-    parallel_for(T_, [&](long r) {
+    parallel_for(T_, [&](int r) {
       std::vector<float> c(half), s(half);
       for (int i = 0; i < half; ++i) {
         const float ang = static_cast<float>(pos[sec[i]][r]) * inv_freq[i];
@@ -272,7 +273,7 @@ class HostBackend final : public Backend {
         for (int i0 = 0; i0 < end - begin; i0 += kQTile)
           items.push_back({b, h, i0, std::min(i0 + kQTile, end - begin)});
     }
-    parallel_for(static_cast<long>(items.size()), [&](long it) {
+    parallel_for(static_cast<int>(items.size()), [&](int it) {
       const Item w = items[it];
       int begin = 0, end = 0;
       stream_rows(m, w.b, &begin, &end);
@@ -370,7 +371,7 @@ class HostBackend final : public Backend {
     if (!cu) return;
     const int C = shape_conv_dim(), K = shape_.d_conv, W = K - 1;
     const bool bleed = faults_.has(Fault::conv_state_bleed);
-    parallel_for(T_, [&](long r) {
+    parallel_for(T_, [&](int r) {
       int b = static_cast<int>(std::upper_bound(cu, cu + N_ + 1, static_cast<int32_t>(r)) - cu) - 1;
       if (b < 0 || b >= N_) return;
       const int begin = cu[b];
@@ -411,7 +412,7 @@ class HostBackend final : public Backend {
     const int Hk = shape_.num_k_heads, Hv = shape_.num_v_heads, dk = shape_.k_dim, dv = shape_.v_dim;
     const int C = shape_conv_dim();
     const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
-    parallel_for(static_cast<long>(N_) * Hv, [&](long item) {
+    parallel_for(N_ * Hv, [&](int item) {
       const int b = static_cast<int>(item / Hv), h = static_cast<int>(item % Hv);
       int begin = 0, end = 0;
       if (!stream_rows(m, b, &begin, &end)) return;

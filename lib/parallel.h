@@ -1,30 +1,20 @@
-// parallel.h: parallel_for over [0, n) on std::threads (one per hardware
-// thread), items handed out dynamically. The host backend and the reference
-// use it; results never depend on the thread count (each item writes its own
-// outputs, no reductions across items).
+// parallel.h: parallel_for over [0, n) on std::threads, items handed out
+// dynamically; used by the host backend and the reference. Results never
+// depend on the thread count (each item writes its own outputs). $PB_THREADS
+// overrides the thread count (default: the CPUs this process may run on).
 #pragma once
-#include <algorithm>
-#include <atomic>
-#include <thread>
-#include <vector>
+#include <functional>
+#include <limits>
 
 namespace pb {
 
-template <typename F>
-void parallel_for(long n, F&& fn) {
-  const long threads = std::max(1L, std::min<long>(n, std::thread::hardware_concurrency()));
-  if (threads <= 1) {
-    for (long i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<long> next{0};
-  auto worker = [&]() {
-    for (long i; (i = next.fetch_add(1)) < n;) fn(i);
-  };
-  std::vector<std::thread> pool;
-  for (long t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
+int worker_threads();
+
+// `work` (e.g. FLOPs of all items together) below a threshold runs inline:
+// starting threads would cost more than it saves.
+void parallel_for(int n, double work, const std::function<void(int)>& fn);
+inline void parallel_for(int n, const std::function<void(int)>& fn) {
+  parallel_for(n, std::numeric_limits<double>::infinity(), fn);
 }
 
 }  // namespace pb

@@ -5,7 +5,10 @@
 // contiguously (prior KV as given, new k roped with the token's positions);
 // query rows are then taken kBlockRows at a time against the keys the last of
 // them needs (Eigen float GEMMs for Q*K^T and P*V), each row masked to its own
-// causal bound. hp: softmax in double, no P rounding; lp: the kernels' precision.
+// causal bound. hp: RoPE in double kept unrounded in float, softmax max/exp/sum
+// in double, no P rounding, output unrounded; lp: the kernels' precision (the
+// contract in reference.h). Tasks (q head, row block) of one stream and kv head
+// run on parallel_for; sampled rows are drawn before, in a fixed order.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -18,6 +21,7 @@
 #include "lib/backend.h"
 #include "lib/rng.h"
 #include "reference/reference.h"
+#include "lib/parallel.h"
 #include "reference/reference_internal.h"
 
 namespace pb {
@@ -288,7 +292,7 @@ AttnReference attention_reference(const Batch& batch, const LayerShape& shape, i
       std::stable_sort(tasks.begin(), tasks.end(),
                        [](const Task& a, const Task& c) { return a.work > c.work; });
       StreamCtx ctx{&st, &in, &rope, &kv, Hq, D};
-      detail::parallel_for(static_cast<int>(tasks.size()), work, [&](int t) {
+      parallel_for(static_cast<int>(tasks.size()), work, [&](int t) {
         const Task& task = tasks[t];
         attend_rows(ctx, task.h, rows[static_cast<size_t>(b) * Hq + task.h].data() + task.first,
                     task.n, ref.out_hp.data(), ref.out_lp.data());

@@ -7,12 +7,15 @@
 // a*S_i + delta_i*k^T and, in the same pass, its dots with the next token's k
 // and q, which the next token needs (o_t = a*(S_{t-1} q_t) + delta*(k_t.q_t)).
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "reference/reference.h"
+#include "lib/parallel.h"
 #include "reference/reference_internal.h"
 
 namespace pb {
@@ -45,15 +48,10 @@ inline float conv_in(const HeadJob& j, int t, int c) {
   return bf(j.conv0[static_cast<size_t>(c) * (j.d_conv - 1) + (j.d_conv - 1) + t]);
 }
 
-// conv + SiLU of channel c at token t. T = double: exact products, double
-// accumulate, no rounding. T = float: float accumulate, SiLU in float, the
-// result rounded to bf16 (the kernel stores the conv output).
+// SiLU of the conv sum. T = double: no rounding. T = float: SiLU in float and
+// the result rounded to bf16 (the kernel stores the conv output).
 template <class T>
-T conv_silu(const HeadJob& j, int t, int c) {
-  T u = 0;
-  const bf16* w = j.conv_w + static_cast<size_t>(c) * j.d_conv;
-  for (int k = 0; k < j.d_conv; ++k)
-    u += static_cast<T>(bf(w[k])) * static_cast<T>(conv_in(j, t - (j.d_conv - 1) + k, c));
+T silu_out(T u) {
   const T y = u / (T(1) + std::exp(-u));
   if constexpr (std::is_same_v<T, float>) return round_bf16(y);
   return y;
@@ -74,12 +72,31 @@ void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride) {
   // Tile buffers, one token of look-ahead: rows [t0, t1] when t1 < count.
   Mat q(kTileTokens + 1, dk), k(kTileTokens + 1, dk), v(kTileTokens + 1, dv);
   Vec sk(dv), sq(dv), delta(dv);
+  // This head's conv channels (its q | k | v), their taps, and the conv input
+  // window of a tile: d_conv - 1 rows before it (conv0 before the stream's start).
+  const int nch = 2 * dk + dv, dc = j.d_conv;
+  std::vector<int> ch(nch);
+  for (int c = 0; c < dk; ++c) ch[c] = j.q_ch + c, ch[dk + c] = j.k_ch + c;
+  for (int c = 0; c < dv; ++c) ch[2 * dk + c] = j.v_ch + c;
+  std::vector<T> w(static_cast<size_t>(nch) * dc), xw(static_cast<size_t>(kTileTokens + dc) * nch);
+  for (int ci = 0; ci < nch; ++ci)
+    for (int kk = 0; kk < dc; ++kk) w[ci * dc + kk] = bf(j.conv_w[static_cast<size_t>(ch[ci]) * dc + kk]);
+  // conv (taps oldest first; double: exact products, double sum; float: float
+  // sum), SiLU, then the L2 norm of q and k, for tokens [t0, t1).
   auto load = [&](int t0, int t1) {
+    const int rows = t1 - t0 + dc - 1;
+    for (int r = 0; r < rows; ++r)
+      for (int ci = 0; ci < nch; ++ci) xw[r * nch + ci] = conv_in(j, t0 - (dc - 1) + r, ch[ci]);
     for (int t = t0; t < t1; ++t) {
       const int r = t - t0;
-      for (int c = 0; c < dk; ++c) q(r, c) = conv_silu<T>(j, t, j.q_ch + c);
-      for (int c = 0; c < dk; ++c) k(r, c) = conv_silu<T>(j, t, j.k_ch + c);
-      for (int c = 0; c < dv; ++c) v(r, c) = conv_silu<T>(j, t, j.v_ch + c);
+      for (int ci = 0; ci < nch; ++ci) {
+        T u = 0;
+        for (int kk = 0; kk < dc; ++kk) u += w[ci * dc + kk] * xw[(r + kk) * nch + ci];
+        const T y = silu_out(u);
+        if (ci < dk) q(r, ci) = y;
+        else if (ci < 2 * dk) k(r, ci - dk) = y;
+        else v(r, ci - 2 * dk) = y;
+      }
       q.row(r) *= T(1) / std::sqrt(q.row(r).squaredNorm() + eps);
       k.row(r) *= T(1) / std::sqrt(k.row(r).squaredNorm() + eps);
     }
@@ -209,7 +226,7 @@ GdnReference gdn_reference(const Batch& batch, const LayerShape& shape, int laye
   const int tasks = d.N * d.Hv * 2;
   double work = 0;
   for (const auto& st : batch.streams) work += 12.0 * st.count * d.Hv * head;
-  detail::parallel_for(tasks, work, [&](int task) {
+  parallel_for(tasks, work, [&](int task) {
     const int b = task / (2 * d.Hv), h = (task / 2) % d.Hv;
     const bool lp = task % 2;
     const StreamTruth& st = batch.streams[b];

@@ -14,15 +14,6 @@
 
 namespace pb::detail {
 
-// Threads the reference uses: $PB_REF_THREADS when set (>= 1), else the CPUs
-// this process may run on.
-int reference_threads();
-
-// Runs fn(i) for i in [0, n), dynamically scheduled over reference_threads();
-// serially when `work` (a rough flop count of all tasks) is too small to pay
-// for starting threads. Rethrows the first exception a task threw.
-void parallel_for(int n, double work, const std::function<void(int)>& fn);
-
 // RoPE frequencies of one layer shape (the contract in reference.h):
 // inv_hp[i] = theta^(-2i/rotary_dim) in double, inv_lp[i] the same rounded to
 // float (what the kernels get from the host), sel[i] = rope_section(shape, i).

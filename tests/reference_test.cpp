@@ -18,6 +18,7 @@
 #include "lib/bf16.h"
 #include "lib/rng.h"
 #include "reference/reference.h"
+#include "lib/parallel.h"
 #include "reference/reference_internal.h"
 
 namespace pb {
@@ -583,14 +584,14 @@ TEST(AttentionReference, ThreadCountDoesNotChangeResults) {
   const LayerShape shape = attn_shape(4, 2, 64, 64, 16, 80);
   Batch batch = attn_batch(shape, {{0, 600, scrambled_blocks(38, 80, 0)}, {100, 300, scrambled_blocks(25, 80, 3)}});
   randomize_attn(&batch, 71);
-  const char* old = std::getenv("PB_REF_THREADS");
+  const char* old = std::getenv("PB_THREADS");
   const std::string saved = old ? old : "";
-  setenv("PB_REF_THREADS", "1", 1);
+  setenv("PB_THREADS", "1", 1);
   const AttnReference one = attention_reference(batch, shape, 0, 0, 1);
-  setenv("PB_REF_THREADS", "3", 1);
+  setenv("PB_THREADS", "3", 1);
   const AttnReference three = attention_reference(batch, shape, 0, 0, 1);
-  if (old) setenv("PB_REF_THREADS", saved.c_str(), 1);
-  else unsetenv("PB_REF_THREADS");
+  if (old) setenv("PB_THREADS", saved.c_str(), 1);
+  else unsetenv("PB_THREADS");
   EXPECT_EQ(std::memcmp(one.out_hp.data(), three.out_hp.data(), one.out_hp.size() * 4), 0);
   EXPECT_EQ(std::memcmp(one.out_lp.data(), three.out_lp.data(), one.out_lp.size() * 4), 0);
 }
@@ -764,16 +765,18 @@ Batch gdn_slice(const LayerShape& shape, const Batch& full, int from, int n, con
   return b;
 }
 
-TEST(GdnReference, SplitChunkEqualsUnsplit) {
+// `pieces` add up to the whole chunk; the reference walks tokens in tiles of 64,
+// so chunks past 64 tokens also cross tile boundaries.
+void check_split(const std::vector<int>& pieces) {
   const LayerShape shape = gdn_shape(2, 4, 8, 6, 4);
-  Batch full = gdn_batch(shape, {{9, 11, {}}});
+  int total = 0;
+  for (int n : pieces) total += n;
+  Batch full = gdn_batch(shape, {{9, total, {}}});
   randomize_gdn(&full, 91);
   std::vector<double> out_full, h_full;
   detail::gdn_stream_hp(full, shape, 0, 0, {}, &out_full, &h_full);
   const GdnReference ref_full = gdn_reference(full, shape, 0);
 
-  // Pieces of 2, 1 (shorter than d_conv - 1: conv0 is carried through) and 8 tokens.
-  const int pieces[3] = {2, 1, 8};
   const size_t per_tok = static_cast<size_t>(shape.num_v_heads) * shape.v_dim;
   std::vector<bf16> conv0 = full.layers[0].gdn.conv0[0];
   std::vector<double> h(full.layers[0].gdn.h0[0].begin(), full.layers[0].gdn.h0[0].end());
@@ -803,6 +806,11 @@ TEST(GdnReference, SplitChunkEqualsUnsplit) {
   }
   for (size_t e = 0; e < conv0.size(); ++e) EXPECT_EQ(conv0[e].bits, ref_full.conv_state[e].bits);
   for (size_t e = 0; e < out_full.size(); ++e) EXPECT_NEAR(ref_full.out_hp[e], out_full[e], 1e-6);
+}
+
+TEST(GdnReference, SplitChunkEqualsUnsplit) {
+  check_split({2, 1, 8});  // a piece of 1 < d_conv - 1: conv0 is carried through it
+  check_split({70, 2, 1, 77});
 }
 
 TEST(GdnReference, ConvNeverReadsThePreviousStream) {
@@ -913,7 +921,7 @@ void time_attention(int tokens, int hq, int hkv, int d) {
   const AttnReference ref = attention_reference(batch, shape, 0, 0, 1);
   std::printf("attention_reference: 1 stream x %d tokens, %d q / %d kv heads, head_dim %d, "
               "%d threads: %.2f s (hp + lp)\n",
-              tokens, hq, hkv, d, detail::reference_threads(), seconds_since(t0));
+              tokens, hq, hkv, d, worker_threads(), seconds_since(t0));
   EXPECT_TRUE(std::isfinite(ref.out_hp.back()));
 }
 
@@ -931,7 +939,7 @@ void time_gdn(int tokens, int hk, int hv, int dk, int dv) {
   const GdnReference ref = gdn_reference(batch, shape, 0);
   std::printf("gdn_reference: 1 stream x %d tokens, %d k / %d v heads, %dx%d state, %d threads: "
               "%.2f s (hp + lp)\n",
-              tokens, hk, hv, dv, dk, detail::reference_threads(), seconds_since(t0));
+              tokens, hk, hv, dv, dk, worker_threads(), seconds_since(t0));
   EXPECT_TRUE(std::isfinite(ref.out_hp.back()));
 }
 

@@ -1,6 +1,7 @@
-// parallel_ref.cpp: the reference's work splitter. Tasks are handed out one at
-// a time from an atomic counter; which thread runs a task never changes what
-// it computes, so results do not depend on the thread count.
+// parallel.cpp: the one work splitter of the host backend and the reference.
+// Tasks are handed out one at a time from an atomic counter; which thread runs
+// a task never changes what it computes, so results do not depend on the
+// thread count. A task's exception is rethrown to the caller.
 #include <sched.h>
 
 #include <algorithm>
@@ -11,9 +12,9 @@
 #include <system_error>
 #include <thread>
 
-#include "reference/reference_internal.h"
+#include "parallel.h"
 
-namespace pb::detail {
+namespace pb {
 
 namespace {
 // Below this many flops in all tasks together, starting threads costs more than it saves.
@@ -21,8 +22,8 @@ constexpr double kMinParallelWork = 2e7;
 constexpr int kMaxThreads = 64;
 }  // namespace
 
-int reference_threads() {
-  if (const char* env = std::getenv("PB_REF_THREADS")) {
+int worker_threads() {
+  if (const char* env = std::getenv("PB_THREADS")) {
     const int n = std::atoi(env);
     if (n >= 1) return std::min(n, kMaxThreads);
   }
@@ -35,7 +36,7 @@ int reference_threads() {
 
 void parallel_for(int n, double work, const std::function<void(int)>& fn) {
   if (n <= 0) return;
-  const int threads = std::min(reference_threads(), n);
+  const int threads = std::min(worker_threads(), n);
   if (threads <= 1 || work < kMinParallelWork) {
     for (int i = 0; i < n; ++i) fn(i);
     return;
@@ -67,4 +68,4 @@ void parallel_for(int n, double work, const std::function<void(int)>& fn) {
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace pb::detail
+}  // namespace pb
