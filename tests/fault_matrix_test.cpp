@@ -20,6 +20,11 @@ struct Case {
   std::string backend;
 };
 
+// Readable in ctest's listing instead of gtest's byte dump.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.backend << " " << fault_info(c.fault).name << " " << std::filesystem::path(c.scenario).stem().string();
+}
+
 std::vector<std::string> shipped_scenarios() {
   std::vector<std::string> out;
   for (const auto& e : std::filesystem::directory_iterator(std::string(PB_SOURCE_DIR) + "/scenarios"))
