@@ -46,9 +46,13 @@ __device__ __forceinline__ int find_stream(const ConvParams& p, int r, detail::S
   return r < rows->end ? b : -1;
 }
 
-// Version 1: one thread per (row, VEC channels); the d_conv window rows are
+// Version 2: one thread per (row, VEC channels); the d_conv window rows are
 // re-read from global memory (L1 serves the overlap between neighbouring rows).
-template <int VEC>
+// With VEC = 8 and a compile-time DC the thread's 8 x DC taps are one
+// contiguous, 16-byte aligned run of conv_w, read as DC 16-byte loads
+// (version 1 read them as 8 * DC scalar loads: 1.11 ms for 16k x 8192 on the
+// H200, 485 GB/s). DC = 0: d_conv at run time, scalar tap loads.
+template <int VEC, int DC>
 __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_kernel(ConvParams p) {
   using namespace detail;
   const int groups = p.conv_dim / VEC;
@@ -59,11 +63,21 @@ __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_kernel(ConvParams
   StreamRows rows;
   const int b = find_stream(p, r, &rows);
   if (b < 0) return;  // a row no stream owns stays poisoned
-  const int hist = p.d_conv - 1;
+  const int d_conv = DC > 0 ? DC : p.d_conv;
+  const int hist = d_conv - 1;
+  // Taps: wt[e * DC + j] = conv_w[c0 + e][j] (compile-time DC only).
+  constexpr int kTaps = (VEC == 8 && DC > 0) ? VEC * DC : 1;
+  float wt[kTaps];
+  if constexpr (VEC == 8 && DC > 0) {
+    const uint4* wp = reinterpret_cast<const uint4*>(p.w + static_cast<size_t>(c0) * DC);
+#pragma unroll
+    for (int q = 0; q < DC; ++q) unpack8(wp[q], wt + 8 * q);
+  }
   float u[VEC];
 #pragma unroll
   for (int e = 0; e < VEC; ++e) u[e] = 0.f;
-  for (int j = 0; j < p.d_conv; ++j) {
+  // u += w[.][j] * xin(r - hist + j), xin from x or (before the stream) conv_state.
+  auto tap = [&](int j) {
     const int src = r - hist + j;
     float xin[VEC];
     if (src >= rows.begin || (p.bleed && b > 0 && src >= 0)) {
@@ -81,8 +95,18 @@ __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_kernel(ConvParams
       for (int e = 0; e < VEC; ++e) xin[e] = bf16_to_float(sp[static_cast<size_t>(e) * hist]);
     }
 #pragma unroll
-    for (int e = 0; e < VEC; ++e)
-      u[e] = fmaf(bf16_to_float(p.w[static_cast<size_t>(c0 + e) * p.d_conv + j]), xin[e], u[e]);
+    for (int e = 0; e < VEC; ++e) {
+      float w;
+      if constexpr (VEC == 8 && DC > 0) w = wt[e * DC + j];
+      else w = bf16_to_float(p.w[static_cast<size_t>(c0 + e) * d_conv + j]);
+      u[e] = fmaf(w, xin[e], u[e]);
+    }
+  };
+  if constexpr (DC > 0) {
+#pragma unroll
+    for (int j = 0; j < DC; ++j) tap(j);
+  } else {
+    for (int j = 0; j < d_conv; ++j) tap(j);
   }
   float y[VEC];
 #pragma unroll
@@ -149,10 +173,12 @@ cudaError_t launch_conv1d(cudaStream_t stream, const LayerShape& shape, uint32_t
   if (total_tokens > 0) {
     if (p.conv_dim % ConvConfig::kVec == 0) {
       const long long n = static_cast<long long>(total_tokens) * (p.conv_dim / ConvConfig::kVec);
-      conv1d_kernel<ConvConfig::kVec><<<static_cast<unsigned>((n + kT - 1) / kT), kT, 0, stream>>>(p);
+      const unsigned grid = static_cast<unsigned>((n + kT - 1) / kT);
+      if (p.d_conv == 4) conv1d_kernel<ConvConfig::kVec, 4><<<grid, kT, 0, stream>>>(p);
+      else conv1d_kernel<ConvConfig::kVec, 0><<<grid, kT, 0, stream>>>(p);
     } else {
       const long long n = static_cast<long long>(total_tokens) * p.conv_dim;
-      conv1d_kernel<1><<<static_cast<unsigned>((n + kT - 1) / kT), kT, 0, stream>>>(p);
+      conv1d_kernel<1, 0><<<static_cast<unsigned>((n + kT - 1) / kT), kT, 0, stream>>>(p);
     }
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;

@@ -2,7 +2,8 @@
 // launch for all streams. Positions T/H/W are read per row from the staged
 // metadata; inv_freq comes from the host (double, rounded to float).
 // Invariant: angle = float(pos) * inv_freq[i] and the rotation are computed
-// without FMA contraction (as the host does), sin/cos by precise sincosf.
+// without FMA contraction (as the host does); sin/cos are the correctly
+// rounded floats of the float angle (double sincos, rounded once).
 #include <cmath>
 
 #include "kernels/common.cuh"
@@ -60,10 +61,14 @@ __global__ void __launch_bounds__(RopeConfig::kThreads) rope_kernel(RopeParams p
     const int sec = rope_section(i, p.mrope, p.interleaved, p.s_t, p.s_h, p.s_w);
     const uint32_t pos = sec == 0 ? pt : (sec == 1 ? ph : pw);
     const float angle = __fmul_rn(static_cast<float>(pos), p.inv_freq[i]);
-    float s, c;
-    sincosf(angle, &s, &c);
-    cos_s[i] = c;
-    sin_s[i] = s;
+    // Float sin/cos, correctly rounded: evaluated in double and rounded once.
+    // sincosf (<= 2 ulp) disagreed with the host libm by enough to move a
+    // roped k past the kv_write check's relative tolerance where x1*cos and
+    // x2*sin cancel (~1 element per million, seen on the H200).
+    double sd, cd;
+    sincos(static_cast<double>(angle), &sd, &cd);
+    cos_s[i] = static_cast<float>(cd);
+    sin_s[i] = static_cast<float>(sd);
   }
   __syncthreads();
   const int slots_per_head = p.head_dim / 2;

@@ -34,25 +34,33 @@ cp "$root"/scenarios/*.yaml "$bundle/scenarios/"
 cp "$root"/tests/cuda/*.yaml "$bundle/tests/"
 cp "$root/scripts/device-check.sh" "$bundle/"
 
-# Run-time dependencies: glibc's own libraries only, or a carried .so found via $ORIGIN.
-allowed='^(linux-vdso\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux-x86-64\.so)'
+# Run-time dependencies, checked on each binary's own NEEDED entries: glibc's
+# libraries only, or libbenchmark.so.1debian carried beside it and found through
+# an $ORIGIN runpath. (That .so itself needs the system libstdc++.so.6 and
+# libgcc_s.so.1, which every Ubuntu has: said below, not carried.)
+allowed='^(libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux-x86-64\.so)'
 status=0
 for bin in "$bundle"/*; do
-  [ -f "$bin" ] && [ -x "$bin" ] && file -b "$bin" 2>/dev/null | grep -q ELF || continue
-  while read -r lib _ path _; do
-    [ -z "$lib" ] && continue
-    if echo "$lib" | grep -Eq "$allowed" || [[ "$lib" == /* ]]; then continue; fi
-    if [[ "$lib" == libbenchmark* ]] && [ -n "${path:-}" ] && [ -f "$path" ]; then
-      cp -n "$path" "$bundle/"
+  [ -f "$bin" ] && [ -x "$bin" ] && readelf -h "$bin" >/dev/null 2>&1 || continue
+  for lib in $(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+    echo "$lib" | grep -Eq "$allowed" && continue
+    if [[ "$lib" == libbenchmark* ]]; then
+      path=$(ldd "$bin" | awk -v l="$lib" '$1 == l {print $3}')
+      [ -n "$path" ] && [ -f "$path" ] && cp -n "$path" "$bundle/"
       if ! readelf -d "$bin" | grep -Eq 'R(UN)?PATH.*\$ORIGIN'; then
         echo "bundle.sh: $(basename "$bin") needs $lib but has no \$ORIGIN rpath" >&2
         status=1
       fi
       continue
     fi
-    echo "bundle.sh: $(basename "$bin") needs $lib (=> ${path:-not found}); only glibc may stay shared" >&2
+    echo "bundle.sh: $(basename "$bin") needs $lib; only glibc may stay shared" >&2
     status=1
-  done < <(ldd "$bin" | sed 's/^[[:space:]]*//')
+  done
+done
+for so in "$bundle"/*.so*; do
+  [ -f "$so" ] || continue
+  echo "bundle.sh: carried $(basename "$so") needs from the GPU machine:" \
+       $(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 done
 [ "$status" -eq 0 ] || exit 1
 

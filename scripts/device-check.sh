@@ -5,10 +5,12 @@
 # bundle/tests/) with --backend cuda, the fault matrix on the CUDA backend
 # (every fault on every scenario where it can show; it must trip its check),
 # compute-sanitizer memcheck and racecheck on the smoke scenario, and the GPU
-# tests; then prints a short summary table last. Everything lands in
+# tests (cuda_backend_test; pb_tests' cuda cases with PB_RUN_PB_TESTS=1); then
+# prints a short summary table last. Everything lands in
 # ${OUT:-results}/ as at most 8 files (the device tool's limit):
 # device-check.log, summary.txt, scenarios.json, fault-matrix.txt,
-# sanitizer.txt, gpu-tests.txt, logs.tar.gz (per-scenario tables and JSON).
+# sanitizer.txt, gpu-tests.txt, logs.tar.gz (per-scenario tables and JSON),
+# ncu.txt (PB_NCU=1: Nsight Compute speed of light of the big shapes).
 # Knobs: PB_BUNDLE (bundle dir), PB_SKIP (words: scenarios faults sanitizer tests),
 # PB_SCENARIO_TIMEOUT / PB_PHASE_TIMEOUT (seconds).
 set -uo pipefail
@@ -26,7 +28,7 @@ started=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - started )) s"; }
 
 [ -x "$B/prefill-bench" ] || { echo "device-check: no $B/prefill-bench (run scripts/bundle.sh and carry bundle)"; exit 2; }
-echo "== device"
+echo "== device (repo $PWD)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,pstate,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
   --format=csv,noheader 2>&1 || echo "nvidia-smi failed"
 uname -r
@@ -47,11 +49,19 @@ if [[ "$skip" != *" scenarios "* ]]; then
   done
 fi
 
-if [[ "$skip" != *" faults "* ]]; then
-  echo "== fault matrix (cuda backend) [$(elapsed)]"
-  timeout "$phase_timeout" "$B/cuda_backend_test" --fault-matrix "$B"/scenarios/*.yaml > "$out/fault-matrix.txt" 2>&1
-  echo "fault matrix exit $? [$(elapsed)]"
-  cat "$out/fault-matrix.txt"
+if [[ "$skip" != *" tests "* ]]; then
+  echo "== GPU tests [$(elapsed)]"
+  : > "$out/gpu-tests.txt"
+  timeout "$phase_timeout" "$B/cuda_backend_test" >> "$out/gpu-tests.txt" 2>&1
+  echo "cuda_backend_test exit $?" >> "$out/gpu-tests.txt"
+  # The lead's gtest cases that use the GPU (fault matrix on cuda); they find
+  # scenarios/ through the source path compiled in, so they are opt-in here.
+  if [ -n "${PB_RUN_PB_TESTS:-}" ] && [ -x "$B/pb_tests" ]; then
+    timeout "$phase_timeout" "$B/pb_tests" --gtest_brief=1 --gtest_filter="${PB_GTEST_FILTER:-*cuda*}" \
+      >> "$out/gpu-tests.txt" 2>&1
+    echo "pb_tests exit $?" >> "$out/gpu-tests.txt"
+  fi
+  tail -n 40 "$out/gpu-tests.txt"
 fi
 
 if [[ "$skip" != *" sanitizer "* ]]; then
@@ -67,16 +77,25 @@ if [[ "$skip" != *" sanitizer "* ]]; then
   grep -E "^---|ERROR SUMMARY|RACECHECK SUMMARY|exit [0-9]+$|Invalid|Race" "$out/sanitizer.txt" | head -40
 fi
 
-if [[ "$skip" != *" tests "* ]]; then
-  echo "== GPU tests [$(elapsed)]"
-  : > "$out/gpu-tests.txt"
-  timeout "$phase_timeout" "$B/cuda_backend_test" >> "$out/gpu-tests.txt" 2>&1
-  echo "cuda_backend_test exit $?" >> "$out/gpu-tests.txt"
-  if [ -x "$B/pb_tests" ]; then
-    (cd "$B" && timeout "$phase_timeout" ./pb_tests --gtest_brief=1) >> "$out/gpu-tests.txt" 2>&1
-    echo "pb_tests exit $?" >> "$out/gpu-tests.txt"
-  fi
-  tail -n 40 "$out/gpu-tests.txt"
+if [[ "$skip" != *" faults "* ]]; then
+  echo "== fault matrix (cuda backend) [$(elapsed)]"
+  timeout "$phase_timeout" "$B/cuda_backend_test" --fault-matrix "$B"/scenarios/*.yaml > "$out/fault-matrix.txt" 2>&1
+  echo "fault matrix exit $? [$(elapsed)]"
+  cat "$out/fault-matrix.txt"
+fi
+
+if [ -n "${PB_NCU:-}" ] && command -v ncu >/dev/null; then
+  # Opt-in: Nsight Compute speed-of-light of one launch per kernel of the
+  # peer attention shape and the large GDN (clocks as found: --clock-control none).
+  echo "== ncu [$(elapsed)]"
+  for scn in "$B/tests/peer-attention-d128.yaml" "$B/tests/gdn-large.yaml"; do
+    [ -f "$scn" ] || continue
+    timeout "$phase_timeout" ncu --clock-control none --section SpeedOfLight --section Occupancy \
+      -k "regex:attention_kernel|gdn_kernel|conv1d_kernel|rope_kernel|kv_write_kernel" -c 4 \
+      "$B/prefill-bench" run "$scn" --backend cuda --no-color --repeat 1 --warmup 0 >> "$out/ncu.txt" 2>&1
+    echo "ncu $(basename "$scn") exit $?" >> "$out/ncu.txt"
+  done
+  grep -E "^  [a-z_:<>0-9, ]+\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|exit" "$out/ncu.txt" | head -60
 fi
 
 (cd "$work" && tar czf "$out/logs.tar.gz" json logs) 2>/dev/null
