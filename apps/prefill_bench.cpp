@@ -6,14 +6,18 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "lib/build_info.h"
+#include "lib/compare.h"
 #include "lib/faults.h"
 #include "lib/report.h"
+#include "lib/report_junit.h"
 #include "lib/run.h"
 #include "lib/scenario.h"
 #include "lib/stage_report.h"
+#include "lib/sweep.h"
 
 namespace {
 
@@ -53,13 +57,14 @@ int main(int argc, char** argv) {
   stage->add_option("--inject", inject, "stage with a fault switched on (see `faults`)");
 
   pb::RunOptions opt;
-  std::string json_path;
+  std::string json_path, junit_path;
   bool no_color = false;
   auto* run = app.add_subcommand("run", "run scenarios on a backend, check them against the reference, report");
   run->add_option("files", files, "scenario YAML files")->required();
   run->add_option("--backend", opt.backend, "auto (cuda when a device is present), cuda or host")
       ->capture_default_str();
   run->add_option("--json", json_path, "write the JSON report here");
+  run->add_option("--junit", junit_path, "write a JUnit XML report here (one testsuite per scenario, one testcase per check)");
   run->add_option("--inject", inject, "switch on a deliberate bug (repeatable; see `faults`)");
   run->add_option("--ref-sample", opt.ref_sample, "check K sampled rows per stream and head (0 = full)");
   run->add_option("--warmup", opt.warmup, "warm-up runs per layer (default: the scenario's)");
@@ -68,6 +73,38 @@ int main(int argc, char** argv) {
   run->add_flag("--no-color", no_color, "no colour in the table");
 
   auto* faults = app.add_subcommand("faults", "list the faults --inject knows and the check each must trip");
+
+  std::string base_path, new_path, compare_json_path;
+  pb::CompareOptions cmp;
+  auto* compare = app.add_subcommand("compare", "gate NEW.json against BASE.json: exit 1 on a regression in accuracy or time");
+  compare->add_option("base", base_path, "the baseline JSON report")->required();
+  compare->add_option("new", new_path, "the JSON report to judge")->required();
+  compare->add_option("--error-factor", cmp.error_factor, "a numeric/state max_abs may grow up to this factor")
+      ->capture_default_str()->check(CLI::Range(1.0, 1e12));
+  compare->add_option("--error-floor", cmp.error_floor, "errors at or under this never count as grown")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  compare->add_option("--time-threshold", cmp.time_threshold,
+                      "median growth that counts as SLOW when the spreads (min..q3) do not overlap (0.10 = 10%)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  compare->add_option("--json", compare_json_path, "write the comparison as JSON here");
+  compare->add_flag("--no-color", no_color, "no colour in the table");
+
+  pb::SweepOptions sw;
+  std::string summarize_dir;
+  auto* sweep = app.add_subcommand("sweep", "run every scenario of DIR at every point of a grid (or write a CTest project)");
+  sweep->add_option("inputs", sw.inputs, "scenario directories (their *.yaml) or files");
+  sweep->add_option("--grid", sw.grid, "AXIS=V1,V2,... (repeatable; axes: head_dim, num_q_heads, num_kv_heads, block_size, scale)")
+      ->allow_extra_args(false);  // one AXIS=... per --grid: a scenario after it stays a scenario
+  sweep->add_option("--out", sw.out_dir, "where the point scenarios, reports and summary.csv go");
+  sweep->add_flag("--ctest", sw.ctest, "write a CTest project (one test per point, RESOURCE_GROUPS gpus:1) instead of running");
+  sweep->add_option("--gpus", sw.gpus, "--ctest: GPUs in the resource spec (default: count from nvidia-smi -L)")
+      ->check(CLI::NonNegativeNumber);
+  sweep->add_option("--backend", sw.run.backend, "auto (cuda when a device is present), cuda or host")->capture_default_str();
+  sweep->add_option("--inject", inject, "switch on a deliberate bug in every point (repeatable)")->allow_extra_args(false);
+  sweep->add_option("--ref-sample", sw.run.ref_sample, "check K sampled rows per stream and head (0 = full)");
+  sweep->add_option("--warmup", sw.run.warmup, "warm-up runs per layer (default: the scenario's)");
+  sweep->add_option("--repeat", sw.run.repeat, "timed runs per layer (default: the scenario's; host: 2)");
+  sweep->add_option("--summarize", summarize_dir, "only write DIR/summary.csv from a finished sweep in DIR (the CTest project's last test)");
 
   try {
     app.parse(argc, argv);
@@ -109,9 +146,46 @@ int main(int argc, char** argv) {
       for (const pb::Scenario& s : scenarios) results.push_back(pb::run_scenario(s, opt));
       fmt::print("{}", pb::format_table(results, !no_color && isatty(1)));
       if (!json_path.empty()) pb::write_json(json_path, pb::report_json(results));
+      if (!junit_path.empty()) pb::write_junit(junit_path, results);
       for (const pb::RunResult& r : results)
         if (!r.passed()) return kExitFail;
       return 0;
+    }
+    if (*compare) {
+      const pb::CompareResult r = pb::compare_files(base_path, new_path, cmp);
+      fmt::print("{}", pb::format_compare(r, !no_color && isatty(1)));
+      if (!compare_json_path.empty()) pb::write_json(compare_json_path, pb::compare_json(r));
+      return r.regressed() ? kExitFail : 0;
+    }
+    if (*sweep) {
+      if (!summarize_dir.empty()) {
+        const pb::SweepResult r = pb::summarize_sweep(summarize_dir);
+        fmt::print("{}\n", r.csv);
+        return 0;
+      }
+      sw.run.inject = parse_faults(inject);
+      sw.run.progress = true;
+      std::error_code ec;
+      sw.tool = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+      if (ec) sw.tool = std::filesystem::absolute(argv[0]).string();
+      const pb::SweepResult r = pb::run_sweep(sw, [](const std::string& line) { fmt::print("{}\n", line); });
+      size_t skipped = 0, failed = 0, runs = 0;
+      for (const pb::SweepPointResult& p : r.points) {
+        skipped += !p.skipped.empty();
+        runs += p.skipped.empty();
+        failed += p.ran && !p.passed;
+      }
+      if (sw.ctest) {
+        fmt::print("{} tests ({} points skipped) in {}\nresource spec ({} GPUs): {}\n"
+                   "run: ctest --test-dir {} --resource-spec-file {} -j {}\n",
+                   runs, skipped, r.ctest_file, r.gpus, r.resource_spec, r.out_dir, r.resource_spec,
+                   r.gpus > 0 ? r.gpus : 1);
+        return 0;
+      }
+      fmt::print("{} {}: {} passed, {} failed, {} skipped; summary {}\n", r.points.size(),
+                 r.points.size() == 1 ? "point" : "points",
+                 runs - failed, failed, skipped, r.csv);
+      return r.all_passed() ? 0 : kExitFail;
     }
   } catch (const pb::InputError& e) {
     fmt::print(stderr, "error: {}\n", e.what());
