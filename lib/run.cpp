@@ -65,19 +65,25 @@ KernelTiming summarise(int layer, const std::string& kernel, std::vector<double>
   return t;
 }
 
+// Progress lines on stderr, only when it is a terminal and only once the
+// scenario has taken more than a second (short runs stay quiet).
 class Progress {
  public:
-  explicit Progress(bool on, const std::string& name) : on_(on && isatty(2)), name_(name) {}
-  void say(const std::string& what) const {
-    if (on_) fmt::print(stderr, "\r\033[K{}: {}", name_, what);
+  explicit Progress(bool on, const std::string& name)
+      : on_(on && isatty(2)), name_(name), start_(std::chrono::steady_clock::now()) {}
+  void say(const std::string& what) {
+    if (!on_ || std::chrono::steady_clock::now() - start_ < std::chrono::seconds(1)) return;
+    fmt::print(stderr, "\r\033[K{}: {}", name_, what);
+    shown_ = true;
   }
   ~Progress() {
-    if (on_) fmt::print(stderr, "\r\033[K");
+    if (shown_) fmt::print(stderr, "\r\033[K");
   }
 
  private:
-  bool on_;
+  bool on_, shown_ = false;
   std::string name_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 void check_scratch_capacity(const Scenario& s, const StagedLayout& layout) {
