@@ -11,6 +11,7 @@
 
 #include "lib/build_info.h"
 #include "lib/compare.h"
+#include "lib/export.h"
 #include "lib/faults.h"
 #include "lib/report.h"
 #include "lib/report_junit.h"
@@ -55,6 +56,11 @@ int main(int argc, char** argv) {
   auto* stage = app.add_subcommand("stage", "print the staged metadata layout of a scenario's batch");
   stage->add_option("file", stage_file, "scenario YAML file")->required();
   stage->add_option("--inject", inject, "stage with a fault switched on (see `faults`)");
+
+  std::string export_file, export_out;
+  auto* exp = app.add_subcommand("export", "write a scenario's batch (shape, per-stream chunk_start/count/kv_len, seed) as JSON for scripts/peer_torch.py");
+  exp->add_option("file", export_file, "scenario YAML file")->required();
+  exp->add_option("--out,-o", export_out, "the JSON file to write")->required();
 
   pb::RunOptions opt;
   std::string json_path, junit_path;
@@ -132,6 +138,10 @@ int main(int argc, char** argv) {
         }
       }
       return bad ? kExitBadInput : 0;
+    }
+    if (*exp) {
+      pb::export_batch(load_all({export_file}).front(), export_out);
+      return 0;
     }
     if (*stage) {
       const pb::Scenario s = load_all({stage_file}).front();

@@ -35,6 +35,8 @@ cudaError_t launch_kv_write(cudaStream_t stream, const LayerShape& shape, uint32
                             bf16* v_cache);
 
 // ---- attention.cu ---------------------------------------------------------
+// (The tensor-core version, which the CUDA backend runs by default where the
+// head dim allows, is kernels/attention_mma.h; this fp32 kernel is its oracle.)
 // One unit of attention work: q-tile `tile` of stream `stream`. A q-tile is
 // attention_rows_per_tile() packed rows times all q heads of one GQA group.
 struct AttnWorkItem {

@@ -19,7 +19,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPB_WITH_CUDA=
   -DPB_BUILD_BENCH="${PB_BUNDLE_BENCH:-$bench}" >/dev/null
 grep -q "libpb_kernels.a" "$build/build.ninja" ||
   { echo "bundle.sh: this configuration has no CUDA backend (nvcc not found?)" >&2; exit 1; }
-ninja -C "$build" -j "$jobs" prefill-bench pb_tests cuda_backend_test
+ninja -C "$build" -j "$jobs" prefill-bench pb_tests cuda_backend_test attention_mma_test
 # Benchmark programs, when the bench/ directory defines any.
 bench_targets=$(ninja -C "$build" -t targets all 2>/dev/null |
                 sed -n 's#^\(bench/[A-Za-z0-9_.-]*\): CXX_EXECUTABLE_LINKER.*#\1#p' || true)
@@ -28,7 +28,7 @@ bench_targets=$(ninja -C "$build" -t targets all 2>/dev/null |
 rm -rf "$bundle"
 mkdir -p "$bundle/scenarios" "$bundle/tests"
 cp "$build/apps/prefill-bench" "$bundle/"
-cp "$build/tests/pb_tests" "$build/tests/cuda_backend_test" "$bundle/"
+cp "$build/tests/pb_tests" "$build/tests/cuda_backend_test" "$build/tests/attention_mma_test" "$bundle/"
 for t in $bench_targets; do cp "$build/$t" "$bundle/"; done
 cp "$root"/scenarios/*.yaml "$bundle/scenarios/"
 cp "$root"/tests/cuda/*.yaml "$bundle/tests/"

@@ -54,6 +54,10 @@ if [[ "$skip" != *" tests "* ]]; then
   : > "$out/gpu-tests.txt"
   timeout "$phase_timeout" "$B/cuda_backend_test" >> "$out/gpu-tests.txt" 2>&1
   echo "cuda_backend_test exit $?" >> "$out/gpu-tests.txt"
+  if [ -x "$B/attention_mma_test" ]; then
+    timeout "$phase_timeout" "$B/attention_mma_test" >> "$out/gpu-tests.txt" 2>&1
+    echo "attention_mma_test exit $?" >> "$out/gpu-tests.txt"
+  fi
   # The lead's gtest cases that use the GPU (fault matrix on cuda); they find
   # scenarios/ through the source path compiled in, so they are opt-in here.
   if [ -n "${PB_RUN_PB_TESTS:-}" ] && [ -x "$B/pb_tests" ]; then

@@ -4,9 +4,12 @@
 // Invariants: every CUDA call is checked (errors throw with the call and where);
 // the kernels read only the staged metadata and this backend's buffers; the
 // backend's own faults (causal-off-by-one, conv-state-bleed) are kernel flags.
+// Attention runs on tensor cores (attention_mma.cu) where the head dim allows;
+// PB_ATTN_KERNEL=fp32 selects the fp32 kernel (attention.cu), its oracle.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention_mma.h"
 #include "kernels/kernels.h"
 #include "lib/backend.h"
 #include "lib/trace.h"
@@ -108,6 +112,27 @@ std::string driver_version() {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 
+// Which attention kernel runs: PB_ATTN_KERNEL=fp32 selects the fp32 FMA kernel
+// (the oracle); unset or "mma", the tensor-core kernel's default variant where
+// it supports the head dim (64, 128, 256), else the fp32 one; "mma:N" its
+// variant N (kernels/attention_mma.h). Returns -2 for fp32, else the variant (-1: default).
+int choose_attention(const LayerShape& shape) {
+  const char* env = std::getenv("PB_ATTN_KERNEL");
+  const std::string want = env ? env : "";
+  if (want == "fp32") return -2;
+  int variant = -1;
+  if (want.rfind("mma:", 0) == 0) {
+    char* end = nullptr;
+    const long v = std::strtol(want.c_str() + 4, &end, 10);
+    if (end == want.c_str() + 4 || *end != '\0' || v < 0 || v > 63)
+      throw std::runtime_error("cuda backend: PB_ATTN_KERNEL='" + want + "': expected mma:N with N a variant number");
+    variant = static_cast<int>(v);
+  } else if (!want.empty() && want != "mma") {
+    throw std::runtime_error("cuda backend: PB_ATTN_KERNEL='" + want + "': expected fp32, mma or mma:N");
+  }
+  return kernels::attention_mma_supported(shape) ? variant : -2;
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(FaultSet faults) : faults_(faults) {
@@ -142,6 +167,8 @@ class CudaBackend final : public Backend {
                 size_t arena_bytes) override {
     layers_.clear();
     shape_ = shape;
+    attn_variant_ = choose_attention(shape);
+    use_mma_ = attn_variant_ != -2;
     num_streams_ = batch.num_streams;
     total_tokens_ = batch.total_tokens;
     scratch_ = DeviceBuffer(scratch_bytes);
@@ -269,6 +296,12 @@ class CudaBackend final : public Backend {
                                         L.v.as<bf16>(), L.k_cache.as<bf16>(), L.v_cache.as<bf16>());
       });
       timed(2, "attention", names, [&] {
+        if (use_mma_)
+          return kernels::launch_attention_mma(
+              stream_, shape_, meta.batch_size, meta.total_tokens, meta.max_blocks_per_seq, meta.cu_seqlens,
+              meta.kv_lens, meta.block_table_ptrs, work_.as<kernels::AttnWorkItem>(), work_count_,
+              L.q_rot.as<bf16>(), L.k_cache.as<bf16>(), L.v_cache.as<bf16>(), L.out.as<bf16>(), scale,
+              faults_.has(Fault::causal_off_by_one), attn_variant_);
         return kernels::launch_attention(
             stream_, shape_, meta.batch_size, meta.total_tokens, meta.max_blocks_per_seq, meta.cu_seqlens,
             meta.kv_lens, meta.block_table_ptrs, work_.as<kernels::AttnWorkItem>(), work_count_,
@@ -359,11 +392,13 @@ class CudaBackend final : public Backend {
     names.push_back(name);
   }
 
-  // The attention work list (host copies), uploaded when it changes.
+  // The attention work list (host copies), uploaded when it changes; its
+  // q-tiles are the selected kernel's.
   void prepare_work(const BatchedAttnMetadata& meta) {
     if (work_.get() && meta.cu_seqlens_host == work_cu_ && meta.kv_lens_host == work_kv_) return;
     const std::vector<kernels::AttnWorkItem> w =
-        kernels::plan_attention_work(shape_, meta.cu_seqlens_host, meta.kv_lens_host);
+        use_mma_ ? kernels::plan_attention_mma_work(shape_, meta.cu_seqlens_host, meta.kv_lens_host)
+                 : kernels::plan_attention_work(shape_, meta.cu_seqlens_host, meta.kv_lens_host);
     work_ = upload(w, w.size(), "attention work list");
     work_count_ = static_cast<int>(w.size());
     work_cu_ = meta.cu_seqlens_host;
@@ -386,6 +421,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[2 * kMaxKernels] = {};
   LayerShape shape_;
+  bool use_mma_ = false;  // attention on tensor cores (kernels/attention_mma.cu), else the fp32 kernel
+  int attn_variant_ = -1; // its variant (-1: the default for the head dim)
   int num_streams_ = 0, total_tokens_ = 0;
   DeviceBuffer scratch_, arena_, inv_freq_;
   size_t scratch_bytes_ = 0, arena_bytes_ = 0;
