@@ -344,10 +344,8 @@ cudaError_t launch_attention_d(cudaStream_t stream, const AttnParams& p, unsigne
 
 int attention_rows_per_tile(const LayerShape& shape) { return group_split(shape).rows_per_tile; }
 
-std::vector<AttnWorkItem> plan_attention_work(const LayerShape& shape,
-                                              const std::vector<int32_t>& cu_seqlens_host,
-                                              const std::vector<int32_t>& kv_lens_host) {
-  const int rows = attention_rows_per_tile(shape);
+std::vector<AttnWorkItem> plan_attention_tiles(int rows, const std::vector<int32_t>& cu_seqlens_host,
+                                               const std::vector<int32_t>& kv_lens_host) {
   struct Keyed {
     long long keys;
     AttnWorkItem item;
@@ -365,6 +363,12 @@ std::vector<AttnWorkItem> plan_attention_work(const LayerShape& shape,
   std::vector<AttnWorkItem> work(all.size());
   for (size_t i = 0; i < all.size(); ++i) work[i] = all[i].item;
   return work;
+}
+
+std::vector<AttnWorkItem> plan_attention_work(const LayerShape& shape,
+                                              const std::vector<int32_t>& cu_seqlens_host,
+                                              const std::vector<int32_t>& kv_lens_host) {
+  return plan_attention_tiles(attention_rows_per_tile(shape), cu_seqlens_host, kv_lens_host);
 }
 
 cudaError_t launch_attention(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,

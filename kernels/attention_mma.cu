@@ -884,25 +884,7 @@ int attention_mma_rows_per_tile(const LayerShape& shape) { return mma_group_spli
 std::vector<AttnWorkItem> plan_attention_mma_work(const LayerShape& shape,
                                                   const std::vector<int32_t>& cu_seqlens_host,
                                                   const std::vector<int32_t>& kv_lens_host) {
-  const int rows = attention_mma_rows_per_tile(shape);
-  struct Keyed {
-    long long keys;
-    AttnWorkItem item;
-  };
-  std::vector<Keyed> all;
-  const int n = cu_seqlens_host.empty() ? 0 : static_cast<int>(cu_seqlens_host.size()) - 1;
-  for (int b = 0; b < n; ++b) {
-    const int count = std::max(cu_seqlens_host[b + 1] - cu_seqlens_host[b], 0);
-    const int kv_len = b < static_cast<int>(kv_lens_host.size()) ? std::max(kv_lens_host[b], 0) : count;
-    const int chunk_start = std::max(kv_len - count, 0);
-    for (int t = 0; t * rows < count; ++t)
-      all.push_back({static_cast<long long>(chunk_start) + std::min((t + 1) * rows, count), {b, t}});
-  }
-  // Longest first: the tiles with the most keys start in the first wave.
-  std::stable_sort(all.begin(), all.end(), [](const Keyed& a, const Keyed& b) { return a.keys > b.keys; });
-  std::vector<AttnWorkItem> work(all.size());
-  for (size_t i = 0; i < all.size(); ++i) work[i] = all[i].item;
-  return work;
+  return plan_attention_tiles(attention_mma_rows_per_tile(shape), cu_seqlens_host, kv_lens_host);
 }
 
 cudaError_t launch_attention_mma(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,

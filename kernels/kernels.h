@@ -44,8 +44,13 @@ struct AttnWorkItem {
   int32_t tile;
 };
 int attention_rows_per_tile(const LayerShape& shape);
-// The work list, longest (most keys) first, from the host copies of the
-// metadata. The kernel re-reads every bound from device memory.
+// The work list of q-tiles of `rows_per_tile` packed rows, longest (most keys)
+// first so the heaviest tiles start in the first wave, from the host copies of
+// the metadata. Kernels re-read every bound from device memory.
+std::vector<AttnWorkItem> plan_attention_tiles(int rows_per_tile,
+                                               const std::vector<int32_t>& cu_seqlens_host,
+                                               const std::vector<int32_t>& kv_lens_host);
+// plan_attention_tiles with this kernel's attention_rows_per_tile().
 std::vector<AttnWorkItem> plan_attention_work(const LayerShape& shape,
                                               const std::vector<int32_t>& cu_seqlens_host,
                                               const std::vector<int32_t>& kv_lens_host);

@@ -19,6 +19,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include "lib/compare.h"
 #include "lib/input_error.h"
 #include "lib/report.h"
@@ -128,15 +130,7 @@ void expect_fits(const std::string& table) {
 
 bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
-int run_command(const std::string& command, std::string* output) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) output->append(buf, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using pb::test::run_command;
 
 std::string temp_path(const std::string& name) {
   return fmt::format("{}pb_compare_test_{}_{}", ::testing::TempDir(), getpid(), name);

@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "tests/test_util.h"
 #include <nlohmann/json.hpp>
 
 #include "lib/report_junit.h"
@@ -22,15 +24,7 @@
 namespace pb {
 namespace {
 
-int run_command(const std::string& command, std::string* output) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) output->append(buf, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using pb::test::run_command;
 
 std::string temp_path(const std::string& name) {
   return fmt::format("{}pb_junit_test_{}_{}", ::testing::TempDir(), getpid(), name);

@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include "lib/report.h"
 
 namespace pb {
@@ -351,16 +353,7 @@ TEST(ReportJson, HoldsEveryFieldAndNullForNaN) {
 
 std::string source_path(const std::string& rel) { return std::string(PB_SOURCE_DIR) + "/" + rel; }
 
-// Runs `command`, returns its exit status and (in `output`) stdout+stderr.
-int run_command(const std::string& command, std::string* output) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) output->append(buf, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using pb::test::run_command;
 
 std::string temp_file(const char* name) {
   return fmt::format("{}pb_report_test_{}_{}", ::testing::TempDir(), getpid(), name);

@@ -18,6 +18,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "tests/test_util.h"
 #include <nlohmann/json.hpp>
 
 #include "lib/batch.h"
@@ -45,15 +47,7 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-int run_command(const std::string& command, std::string* output) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) output->append(buf, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using pb::test::run_command;
 
 // A fresh directory under the test temp dir, removed at the end of the test.
 class TempDir {
