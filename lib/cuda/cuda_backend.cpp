@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/attention_mma.h"
+#include "kernels/gdn_chunked.h"
 #include "kernels/kernels.h"
 #include "lib/backend.h"
 #include "lib/trace.h"
@@ -133,6 +134,22 @@ int choose_attention(const LayerShape& shape) {
   return kernels::attention_mma_supported(shape) ? variant : -2;
 }
 
+// Which gdn kernel runs: PB_GDN_KERNEL=token selects the token-by-token kernel
+// (kernels/gdn.cu, the oracle); "chunked" the chunked WY-form kernel
+// (kernels/gdn_chunked.cu) where it supports the shape (k_dim <= 128), else the
+// token one; unset, the default below. Returns true for the chunked kernel.
+constexpr bool kGdnChunkedDefault = true;  // device-checked 2026-12-02 (kernels/NOTES.md)
+bool choose_gdn_chunked(const LayerShape& shape) {
+  const char* env = std::getenv("PB_GDN_KERNEL");
+  const std::string want = env ? env : "";
+  bool chunked = kGdnChunkedDefault;
+  if (want == "token") chunked = false;
+  else if (want == "chunked") chunked = true;
+  else if (!want.empty())
+    throw std::runtime_error("cuda backend: PB_GDN_KERNEL='" + want + "': expected token or chunked");
+  return chunked && kernels::gdn_chunked_supports(shape);
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(FaultSet faults) : faults_(faults) {
@@ -169,6 +186,7 @@ class CudaBackend final : public Backend {
     shape_ = shape;
     attn_variant_ = choose_attention(shape);
     use_mma_ = attn_variant_ != -2;
+    gdn_chunked_ = choose_gdn_chunked(shape);
     num_streams_ = batch.num_streams;
     total_tokens_ = batch.total_tokens;
     scratch_ = DeviceBuffer(scratch_bytes);
@@ -316,6 +334,10 @@ class CudaBackend final : public Backend {
                                       L.conv_out.as<bf16>(), faults_.has(Fault::conv_state_bleed));
       });
       timed(1, "gdn", names, [&] {
+        if (gdn_chunked_)
+          return kernels::launch_gdn_chunked(stream_, shape_, meta.batch_size, meta.total_tokens, meta.cu_seqlens,
+                                             h_state_ptrs, order_.as<int32_t>(), L.conv_out.as<bf16>(),
+                                             L.g.as<float>(), L.beta.as<float>(), L.out.as<bf16>());
         return kernels::launch_gdn(stream_, shape_, meta.batch_size, meta.total_tokens, meta.cu_seqlens,
                                    h_state_ptrs, order_.as<int32_t>(), L.conv_out.as<bf16>(), L.g.as<float>(),
                                    L.beta.as<float>(), L.out.as<bf16>());
@@ -423,6 +445,7 @@ class CudaBackend final : public Backend {
   LayerShape shape_;
   bool use_mma_ = false;  // attention on tensor cores (kernels/attention_mma.cu), else the fp32 kernel
   int attn_variant_ = -1; // its variant (-1: the default for the head dim)
+  bool gdn_chunked_ = false;  // gdn by kernels/gdn_chunked.cu, else kernels/gdn.cu
   int num_streams_ = 0, total_tokens_ = 0;
   DeviceBuffer scratch_, arena_, inv_freq_;
   size_t scratch_bytes_ = 0, arena_bytes_ = 0;
