@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "number_format.h"
+
 #include "input_error.h"
 #include "report.h"
 
@@ -260,20 +262,8 @@ bool grew(const Figure& base, const Figure& next, const CompareOptions& o) {
   return next.max_abs > o.error_floor && next.max_abs > o.error_factor * base.max_abs;
 }
 
-std::string num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  if (v == 0) return "0";
-  return fmt::format("{:.2e}", v);
-}
-
-std::string ms(double v) {
-  if (!std::isfinite(v)) return num(v);
-  if (v >= 1000) return fmt::format("{:.1f}", v);
-  if (v >= 100) return fmt::format("{:.2f}", v);
-  if (v >= 10) return fmt::format("{:.3f}", v);
-  return fmt::format("{:.4f}", v);
-}
+std::string num(double v) { return format_figure(v); }
+std::string ms(double v) { return format_ms(v); }
 
 // "x1.00", "x12.3", "x1234"; "" when not defined.
 std::string ratio_text(double base, double next) {

@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "number_format.h"
+
 #include "report.h"
 
 namespace pb {
@@ -38,21 +40,8 @@ class Painter {
   bool color_;
 };
 
-// A figure: "nan", "inf", "0" or three significant digits.
-std::string num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  if (v == 0) return "0";
-  return fmt::format("{:.2e}", v);
-}
-
-std::string ms(double v) {
-  if (!std::isfinite(v)) return num(v);
-  if (v >= 1000) return fmt::format("{:.1f}", v);
-  if (v >= 100) return fmt::format("{:.2f}", v);
-  if (v >= 10) return fmt::format("{:.3f}", v);
-  return fmt::format("{:.4f}", v);
-}
+std::string num(double v) { return format_figure(v); }
+std::string ms(double v) { return format_ms(v); }
 
 // A rate: two decimals, or three significant digits when that would show 0.00.
 std::string rate(double v) {
