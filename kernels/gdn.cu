@@ -257,16 +257,6 @@ __global__ void __launch_bounds__(GdnConfig::kWarps * 32, (GdnTile<KP, StateRegs
   }
 }
 
-int sm_count() {
-  static int sms = 0;
-  if (!sms) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      sms = 132;
-  }
-  return sms;
-}
-
 // A variant's grid and its estimated makespan. Every CTA walks its whole
 // stream, so the time is about (waves of resident CTAs) x (per-token work of
 // one CTA ~ its rows + the staging it repeats); occupancy from the runtime.
@@ -288,7 +278,7 @@ GdnPlan plan_variant(const GdnParams& p) {
   GdnPlan g;
   g.row_blocks = (p.v_dim + rc - 1) / rc;
   g.ctas = static_cast<long long>(p.batch_size) * p.num_v_heads * g.row_blocks;
-  const long long slots = static_cast<long long>(per_sm) * sm_count();
+  const long long slots = static_cast<long long>(per_sm) * detail::sm_count();
   const long long waves = (g.ctas + slots - 1) / slots;
   g.cost = static_cast<double>(waves) * (rc + GdnConfig::kStageRowsEquiv);
   return g;

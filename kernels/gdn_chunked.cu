@@ -353,23 +353,13 @@ cudaError_t launch_variant(cudaStream_t stream, ChunkParams p) {
   return cudaGetLastError();
 }
 
-int sm_count() {
-  static int sms = 0;
-  if (!sms) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      sms = 132;
-  }
-  return sms;
-}
-
 // v blocks of 64 rows, or of 32 when 64-row CTAs would not fill the GPU's two
 // resident CTAs per SM (then the chain of chunks, not the throughput, sets the
 // time, and a 32-row CTA walks each chunk faster).
 template <int KP>
 cudaError_t launch_k(cudaStream_t stream, const ChunkParams& p) {
   const long long ctas64 = static_cast<long long>(p.batch_size) * p.num_v_heads * ((p.v_dim + 63) / 64);
-  if (p.v_dim <= 32 || ctas64 < 2LL * sm_count()) return launch_variant<KP, 32>(stream, p);
+  if (p.v_dim <= 32 || ctas64 < 2LL * detail::sm_count()) return launch_variant<KP, 32>(stream, p);
   return launch_variant<KP, 64>(stream, p);
 }
 
