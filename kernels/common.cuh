@@ -1,6 +1,6 @@
 // common.cuh: device helpers shared by the kernel files: bf16 <-> float, the
 // per-stream bounds read from the staged metadata (clamped the same way in
-// every kernel), and 16-byte vector moves.
+// every kernel), 16-byte vector moves and cp.async.
 // Invariant: every bound a kernel uses comes from device memory through these.
 #pragma once
 #include <cuda_bf16.h>
@@ -49,6 +49,19 @@ __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
 
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return static_cast<uint32_t>(float_to_bf16(lo)) | (static_cast<uint32_t>(float_to_bf16(hi)) << 16);
+}
+
+// cp.async: 16-byte global -> shared copies that bypass the registers.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Multiprocessors of the current device (read once; 132, an H200's, if the

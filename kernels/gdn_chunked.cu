@@ -1,16 +1,24 @@
 // gdn_chunked.cu: the gated delta rule in chunks of kC tokens (the WY / UT
-// form of flash-linear-attention's chunk_gated_delta_rule), fp32 throughout.
+// form of flash-linear-attention's chunk_gated_delta_rule), with the chunk's
+// matrix products on tensor cores (tf32 mma.sync m16n8k8, fp32 accumulators).
 // A CTA owns one (stream, v head, block of VB rows of S) and walks the
-// stream's chunks in order, S [VB][k_dim] in shared memory. Per chunk, with
-// G_i = sum_{j<=i} g_j inside the chunk and S0 the state before it:
+// stream's chunks in order. Per chunk, with G_i = sum_{j<=i} g_j inside the
+// chunk and S0 the state before it:
 //   A_ij = beta_i e^{G_i-G_j} k_i.k_j (j < i), R_i = beta_i (v_i - e^{G_i} S0 k_i),
 //   (I + A) Delta = R (forward substitution: Delta_i = the token rule's delta),
 //   o_i = (e^{G_i} S0 q_i + sum_{j<=i} e^{G_i-G_j} (q_i.k_j) Delta_j) / sqrt(dk),
 //   S = e^{G_last} S0 + sum_j e^{G_last-G_j} Delta_j k_j^T.
-// (Checked against the token recurrence in double before this was written.)
-// Rows of S evolve independently, so v blocks split the work across CTAs; each
-// recomputes the chunk's k-only products (A, the masked q.k).
-// Invariants: S read from / written back to h_state_ptrs[b]; q, k L2-normalised
+// The products (tensor cores): P1 [K;Q] S0^T -> R, e^G S0 q; P2 [K;Q] K^T -> A,
+// the masked q.k; P3 o += (masked q.k) Delta; P4 S += (e^{G_last-G} Delta)^T K.
+// The substitution and every scale, exp and sum stay in fp32.
+// Precision: tf32 operands (10-bit mantissa, rounded to nearest) are 8x finer
+// than the bf16 rounding of q, k, v that the tolerance is built from; a host
+// emulation of exactly these roundings (2048 tokens, dk = dv = 128) moved the
+// state's max error by 2% against the fp32 reference (PERF-NOTES.md). bf16
+// operands moved it by 25-85% and were not used.
+// Invariants: the fp32 state lives in registers (P4's accumulators) for the
+// whole stream; shared memory holds a tf32 copy for P1. S is read from and
+// written back to h_state_ptrs[b] as [Hv, v_dim, k_dim]; q, k L2-normalised
 // with eps 1e-6 inside the sqrt; out rounded to bf16 once.
 #include "kernels/gdn_chunked.h"
 
@@ -38,49 +46,110 @@ struct ChunkParams {
   uint16_t* out;
 };
 
-// Shared memory layout (floats). Row strides padded by 4 so float4 rows of
-// consecutive rows fall on distinct banks.
+// Shared memory layout (floats). Strides: KS and CS are 4 (mod 32), so that
+// fragments read along a row ([m][k] A, [n][k] B) hit 32 distinct banks; VS
+// is 8 (mod 32), for fragments read down a column ([k][n] B, [k][m] A).
 template <int KP, int VB>
 struct ChunkSmem {
-  static constexpr int KS = KP + 4, VS = VB + 4, CS = kC + 1;
-  static constexpr int S = 0;              // [VB][KS] state rows
-  static constexpr int K = S + VB * KS;    // [C][KS] normalised k
-  static constexpr int Q = K + kC * KS;    // [C][KS] normalised q
-  static constexpr int D = Q + kC * KS;    // [C][VS] v, then R, then Delta
-  static constexpr int O = D + kC * VS;    // [C][VS] e^{G_i} S0 q_i
-  static constexpr int A = O + kC * VS;    // [C][CS] A (strictly lower)
-  static constexpr int M = A + kC * CS;    // [C][CS] e^{G_i-G_j} q_i.k_j (j <= i)
-  static constexpr int Gm = M + kC * CS;   // [C] e^{G_i}
-  static constexpr int Bt = Gm + kC;       // [C] beta
-  static constexpr int E = Bt + kC;        // [C] e^{G_last - G_j}
-  static constexpr int Gr = E + kC;        // [C] G_i
-  static constexpr int total = Gr + kC;
+  static constexpr int KS = KP + 4, VS = VB + 8, CS = kC + 4;
+  static constexpr int S = 0;                 // [VB][KS] S0, tf32 (the fp32 master is in registers)
+  static constexpr int KQ = S + VB * KS;      // [2C][KS] rows 0..C-1 normalised k, C..2C-1 q (tf32)
+  static constexpr int D = KQ + 2 * kC * KS;  // [C][VS] v, then R, then Delta (fp32)
+  static constexpr int A = D + kC * VS;       // [C][CS] A, strictly lower (fp32)
+  static constexpr int M = A + kC * CS;       // [C][CS] e^{G_i-G_j} q_i.k_j, j <= i (tf32)
+  static constexpr int Gm = M + kC * CS;      // [C] e^{G_i}
+  static constexpr int Bt = Gm + kC;          // [C] beta
+  static constexpr int E = Bt + kC;           // [C] e^{G_last - G_j}
+  static constexpr int Gr = E + kC;           // [C] G_i
+  static constexpr int Raw = Gr + kC;         // the next chunk's raw bf16 q | k | v (ChunkRaw)
+  static constexpr int total = Raw + (2 * kC * KP + kC * VB) / 2;
   static constexpr size_t bytes = sizeof(float) * total;
 };
 
-__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
-  return fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, acc))));
+// ---- tensor-core helpers: m16n8k8 tf32 fragments. g = lane / 4, t = lane % 4.
+// A (16 x 8): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B (8 x 8):
+// b0 (k t, n g), b1 (k t+4, n g); C (16 x 8): c0,c1 (g, 2t..2t+1), c2,c3 (g+8, ..).
+__device__ __forceinline__ uint32_t tf32_bits(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+  return r;
 }
+__device__ __forceinline__ float tf32_round(float f) { return __uint_as_float(tf32_bits(f)); }
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// Fragments of tf32 values stored in shared memory; X is the tile's origin.
+__device__ __forceinline__ void load_a_mk(uint32_t (&a)[4], const float* X, int s, int g, int t) {
+  a[0] = __float_as_uint(X[g * s + t]);
+  a[1] = __float_as_uint(X[(g + 8) * s + t]);
+  a[2] = __float_as_uint(X[g * s + t + 4]);
+  a[3] = __float_as_uint(X[(g + 8) * s + t + 4]);
+}
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[2], const float* X, int s, int g, int t) {
+  b[0] = __float_as_uint(X[g * s + t]);
+  b[1] = __float_as_uint(X[g * s + t + 4]);
+}
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[2], const float* X, int s, int g, int t) {
+  b[0] = __float_as_uint(X[t * s + g]);
+  b[1] = __float_as_uint(X[(t + 4) * s + g]);
+}
+
+// How 8 warps tile an MT x NT grid of 16 x 8 tiles: WM x WN warps of TM x TN
+// tiles each (TM preferred 2: A fragments reused across TN, B across TM).
+constexpr int warp_grid_tm(int mt, int nt) {
+  const int choices[3] = {2, 1, 4};
+  for (int i = 0; i < 3; ++i) {
+    const int tm = choices[i];
+    if (mt % tm != 0 || kWarps % (mt / tm) != 0) continue;
+    if (nt % (kWarps / (mt / tm)) == 0) return tm;
+  }
+  return 0;
+}
+template <int MT, int NT>
+struct WarpGrid {
+  static constexpr int TM = warp_grid_tm(MT, NT);
+  static_assert(TM > 0, "no warp grid for this tile count");
+  static constexpr int WM = MT / TM, WN = kWarps / WM, TN = NT / WN;
+};
+
+// One chunk's raw inputs in shared memory, copied a chunk ahead by cp.async
+// (16-byte pieces of 8 bf16): q [C][KP], k [C][KP], v [C][VB], unpadded.
+template <int KP, int VB>
+struct ChunkRaw {
+  static constexpr int QL = KP / 8, QN = kC * QL, QU = (QN + kThreads - 1) / kThreads;  // q (and k) pieces
+  static constexpr int VL = VB / 8, VN = kC * VL, VU = (VN + kThreads - 1) / kThreads;  // v pieces
+  static_assert(QN % 32 == 0 && VN % 32 == 0, "whole warps per staging slot");
+  static constexpr int Q = 0, K = QN, V = 2 * QN;  // in 16-byte pieces
+};
 
 template <int KP, int VB>
 __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkParams p) {
   using namespace detail;
   using L = ChunkSmem<KP, VB>;
+  using Raw = ChunkRaw<KP, VB>;
+  using SG = WarpGrid<VB / 16, KP / 8>;  // P4: the state's tiles
   constexpr int KS = L::KS, VS = L::VS, CS = L::CS;
+  constexpr int TN1 = VB / 32;  // P1 / P3: warp (pa, pn) owns token tile pa, v tiles pn..pn+TN1-1
+  static_assert(VB % 32 == 0 && KP % 32 == 0, "tile shapes");
   extern __shared__ __align__(16) float sm[];
   float* S_s = sm + L::S;
-  float* K_s = sm + L::K;
-  float* Q_s = sm + L::Q;
+  float* KQ_s = sm + L::KQ;
   float* D_s = sm + L::D;
-  float* O_s = sm + L::O;
   float* A_s = sm + L::A;
   float* M_s = sm + L::M;
   float* Gm_s = sm + L::Gm;
   float* Bt_s = sm + L::Bt;
   float* E_s = sm + L::E;
   float* Gr_s = sm + L::Gr;
+  uint4* R_s = reinterpret_cast<uint4*>(sm + L::Raw);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int fg = lane >> 2, ft = lane & 3;  // fragment row group / column
   const int per_stream = p.num_v_heads * p.v_blocks;
   const int ob = blockIdx.x / per_stream;
   const int rem = blockIdx.x - ob * per_stream;
@@ -91,70 +160,116 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkParams p)
   const int kh = h / (p.num_v_heads / p.num_k_heads);
   const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
   const int v0 = vb * VB;
-  const int vn = min(VB, p.v_dim - v0);
+  const int vn = min(VB, p.v_dim - v0);  // a multiple of 8
   float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
-  constexpr int NK4 = KP / 4;
 
-  for (int idx = tid; idx < VB * NK4; idx += kThreads) {
-    const int v = idx / NK4, col = 4 * (idx - (idx / NK4) * NK4);
-    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (v < vn && col < p.k_dim)
-      s = *reinterpret_cast<const float4*>(S_g + static_cast<size_t>(v0 + v) * p.k_dim + col);
-    *reinterpret_cast<float4*>(&S_s[v * KS + col]) = s;
-  }
+  // The state: this warp's SG::TM x SG::TN tiles of [VB][KP], fp32.
+  const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
+  float Sr[SG::TM][SG::TN][4];
+#pragma unroll
+  for (int mi = 0; mi < SG::TM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < SG::TN; ++ni)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
+        float2 s = make_float2(0.f, 0.f);
+        if (v < vn && c < p.k_dim) s = *reinterpret_cast<const float2*>(S_g + static_cast<size_t>(v0 + v) * p.k_dim + c);
+        Sr[mi][ni][2 * hr] = s.x;
+        Sr[mi][ni][2 * hr + 1] = s.y;
+        *reinterpret_cast<float2*>(&S_s[v * KS + c]) = make_float2(tf32_round(s.x), tf32_round(s.y));
+      }
 
   const size_t q_off = static_cast<size_t>(kh) * p.k_dim;
   const size_t k_off = static_cast<size_t>(p.num_k_heads + kh) * p.k_dim;
   const size_t v_off = static_cast<size_t>(2 * p.num_k_heads) * p.k_dim + static_cast<size_t>(h) * p.v_dim + v0;
   const size_t out_stride = static_cast<size_t>(p.num_v_heads) * p.v_dim;
-  constexpr int TV = VB / 32;  // phases 2a / 4a: rows i = warp + 8r (r < 4), cols v = lane + 32c
-  static_assert(kC == 4 * kWarps, "row mapping");
 
+  // Starts the copies of the chunk at row c0 into R_s (zeros past the stream's
+  // end and past k_dim / vn); warp 0 loads its g and beta (lane = token).
+  float g_next = 0.f, beta_next = 0.f;
+  auto fetch = [&](int c0) {
+    const int n = min(kC, sr.end - c0);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < Raw::QU; ++u) {
+      const int idx = tid + kThreads * u, tt = idx / Raw::QL, col = 8 * (idx % Raw::QL);
+      if (idx >= Raw::QN) break;
+      const uint16_t* row = p.conv_out + static_cast<size_t>(c0 + tt) * p.conv_dim;
+      if (tt < n && col < p.k_dim) {
+        cp_async16(smem_u32(R_s + Raw::Q + idx), row + q_off + col);
+        cp_async16(smem_u32(R_s + Raw::K + idx), row + k_off + col);
+      } else {
+        R_s[Raw::Q + idx] = zero;
+        R_s[Raw::K + idx] = zero;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < Raw::VU; ++u) {
+      const int idx = tid + kThreads * u, tt = idx / Raw::VL, col = 8 * (idx % Raw::VL);
+      if (idx >= Raw::VN) break;
+      if (tt < n && col < vn)
+        cp_async16(smem_u32(R_s + Raw::V + idx), p.conv_out + static_cast<size_t>(c0 + tt) * p.conv_dim + v_off + col);
+      else
+        R_s[Raw::V + idx] = zero;
+    }
+    cp_async_commit();
+    if (warp == 0) {  // padded tokens: g = 0, beta = 0 (no effect)
+      const bool ok = lane < n;
+      const size_t gi = static_cast<size_t>(c0 + (ok ? lane : 0)) * p.num_v_heads + h;
+      g_next = ok ? p.g[gi] : 0.f;
+      beta_next = ok ? p.beta[gi] : 0.f;
+    }
+  };
+
+  if (sr.begin < sr.end) fetch(sr.begin);
+  cp_async_wait<0>();
+  __syncthreads();  // R_s and the S_s copy visible to every thread
   for (int t0 = sr.begin; t0 < sr.end; t0 += kC) {
     const int n = min(kC, sr.end - t0);
-    // ---- 1. stage: normalised q, k (a warp per token), v, the g scan, beta
-    // (unrolled by 2: two tokens' global loads of a warp in flight together;
-    // by 4, ptxas spilled under the 128-register cap)
-#pragma unroll 2
-    for (int u = 0; u < kC / kWarps; ++u) {
-      const int tt = warp + kWarps * u;
-      const int r = t0 + tt;
-      float qv[KP / 32], kv[KP / 32];
-      float ssq = 0.f, ssk = 0.f;
+    // ---- 1. stage: normalised q, k (tf32), v, the g scan, beta
 #pragma unroll
-      for (int i = 0; i < KP / 32; ++i) {
-        const int e = lane + 32 * i;
-        const bool ok = tt < n && e < p.k_dim;
-        const uint16_t* row = p.conv_out + static_cast<size_t>(ok ? r : 0) * p.conv_dim;
-        qv[i] = ok ? bf16_to_float(row[q_off + e]) : 0.f;
-        kv[i] = ok ? bf16_to_float(row[k_off + e]) : 0.f;
-        ssq = fmaf(qv[i], qv[i], ssq);
-        ssk = fmaf(kv[i], kv[i], ssk);
-      }
+    for (int u = 0; u < Raw::QU; ++u) {
+      const int idx = tid + kThreads * u, tt = idx / Raw::QL, col = 8 * (idx % Raw::QL);
+      if (idx < Raw::QN) {  // whole warps
+        float qf[8], kf[8];
+        unpack8(R_s[Raw::Q + idx], qf);
+        unpack8(R_s[Raw::K + idx], kf);
+        float ssq = 0.f, ssk = 0.f;
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
-        ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
-      }
-      const float iq = 1.f / sqrtf(ssq + 1e-6f), ik = 1.f / sqrtf(ssk + 1e-6f);
+        for (int e = 0; e < 8; ++e) {
+          ssq = fmaf(qf[e], qf[e], ssq);
+          ssk = fmaf(kf[e], kf[e], ssk);
+        }
 #pragma unroll
-      for (int i = 0; i < KP / 32; ++i) {
-        Q_s[tt * KS + lane + 32 * i] = qv[i] * iq;
-        K_s[tt * KS + lane + 32 * i] = kv[i] * ik;
+        for (int off = Raw::QL / 2; off > 0; off >>= 1) {  // the QL lanes of one token
+          ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
+          ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+        }
+        const float iq = 1.f / sqrtf(ssq + 1e-6f), ik = 1.f / sqrtf(ssk + 1e-6f);
+        float* kd = &KQ_s[tt * KS + col];
+        float* qd = &KQ_s[(kC + tt) * KS + col];
+#pragma unroll
+        for (int e = 0; e < 8; e += 4) {
+          *reinterpret_cast<float4*>(kd + e) = make_float4(tf32_round(kf[e] * ik), tf32_round(kf[e + 1] * ik),
+                                                           tf32_round(kf[e + 2] * ik), tf32_round(kf[e + 3] * ik));
+          *reinterpret_cast<float4*>(qd + e) = make_float4(tf32_round(qf[e] * iq), tf32_round(qf[e + 1] * iq),
+                                                           tf32_round(qf[e + 2] * iq), tf32_round(qf[e + 3] * iq));
+        }
       }
     }
-#pragma unroll 4
-    for (int u = 0; u < kC * VB / kThreads; ++u) {
-      const int idx = tid + kThreads * u;
-      const int tt = idx / VB, v = idx - (idx / VB) * VB;
-      D_s[tt * VS + v] = (tt < n && v < vn)
-                             ? bf16_to_float(p.conv_out[static_cast<size_t>(t0 + tt) * p.conv_dim + v_off + v])
-                             : 0.f;
+#pragma unroll
+    for (int u = 0; u < Raw::VU; ++u) {
+      const int idx = tid + kThreads * u, tt = idx / Raw::VL, col = 8 * (idx % Raw::VL);
+      if (idx < Raw::VN) {
+        float vf[8];
+        unpack8(R_s[Raw::V + idx], vf);
+        *reinterpret_cast<float4*>(&D_s[tt * VS + col]) = make_float4(vf[0], vf[1], vf[2], vf[3]);
+        *reinterpret_cast<float4*>(&D_s[tt * VS + col + 4]) = make_float4(vf[4], vf[5], vf[6], vf[7]);
+      }
     }
     if (warp == 0) {
-      const bool ok = lane < n;
-      const size_t gi = static_cast<size_t>(t0 + (ok ? lane : 0)) * p.num_v_heads + h;
-      float G = ok ? p.g[gi] : 0.f;  // padded tokens: g = 0, beta = 0 (no effect)
+      float G = g_next;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
         const float y = __shfl_up_sync(0xffffffffu, G, off);
@@ -164,72 +279,79 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkParams p)
       Gr_s[lane] = G;
       Gm_s[lane] = expf(G);
       E_s[lane] = expf(G_last - G);
-      Bt_s[lane] = ok ? p.beta[gi] : 0.f;
+      Bt_s[lane] = beta_next;
+    }
+    __syncthreads();
+    if (t0 + kC < sr.end) fetch(t0 + kC);  // in flight during this chunk's products
+
+    // ---- 2a. P1: [K; Q] S0^T (m = tokens, n = v rows, k = k_dim). Warp (pa, pn):
+    // the k rows and the q rows of token tile pa against v tiles pn.., so the
+    // q part (o) stays in this warp's registers for P3.
+    const int pa = warp >> 2, pn = (warp & 3) * TN1;
+    float o[TN1][4];
+    {
+      float r[TN1][4];
+#pragma unroll
+      for (int ni = 0; ni < TN1; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) r[ni][e] = o[ni][e] = 0.f;
+#pragma unroll 4
+      for (int kk = 0; kk < KP; kk += 8) {
+        uint32_t ak[4], aq[4];
+        load_a_mk(ak, KQ_s + 16 * pa * KS + kk, KS, fg, ft);
+        load_a_mk(aq, KQ_s + (kC + 16 * pa) * KS + kk, KS, fg, ft);
+#pragma unroll
+        for (int ni = 0; ni < TN1; ++ni) {
+          uint32_t bs[2];
+          load_b_nk(bs, S_s + 8 * (pn + ni) * KS + kk, KS, fg, ft);
+          mma_tf32(r[ni], ak, bs);
+          mma_tf32(o[ni], aq, bs);
+        }
+      }
+      // R = beta (v - e^G S0 k) over v in D_s; o = e^G S0 q
+#pragma unroll
+      for (int ni = 0; ni < TN1; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 16 * pa + fg + 8 * (e >> 1), v = 8 * (pn + ni) + 2 * ft + (e & 1);
+          const float gm = Gm_s[i];
+          D_s[i * VS + v] = Bt_s[i] * (D_s[i * VS + v] - gm * r[ni][e]);
+          o[ni][e] *= gm;
+        }
+    }
+    // ---- 2b. P2: [K; Q] K^T (m = k and q rows, n = k tokens j): warp tile m (warp / 2), n 2(warp % 2)..+1
+    {
+      const int mt = warp >> 1, nt0 = 2 * (warp & 1);
+      float acc[2][4];
+#pragma unroll
+      for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[ni][e] = 0.f;
+#pragma unroll 4
+      for (int kk = 0; kk < KP; kk += 8) {
+        uint32_t a[4];
+        load_a_mk(a, KQ_s + 16 * mt * KS + kk, KS, fg, ft);
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+          uint32_t bk[2];
+          load_b_nk(bk, KQ_s + 8 * (nt0 + ni) * KS + kk, KS, fg, ft);
+          mma_tf32(acc[ni], a, bk);
+        }
+      }
+#pragma unroll
+      for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = 16 * mt + fg + 8 * (e >> 1), j = 8 * (nt0 + ni) + 2 * ft + (e & 1);
+          const int i = row < kC ? row : row - kC;
+          const float dec = j <= i ? expf(Gr_s[i] - Gr_s[j]) : 0.f;
+          if (row < kC) A_s[i * CS + j] = j < i ? Bt_s[i] * dec * acc[ni][e] : 0.f;
+          else M_s[i * CS + j] = tf32_round(dec * acc[ni][e]);
+        }
     }
     __syncthreads();
 
-    // ---- 2a. R = beta (v - e^G S0 k), O = e^G S0 q
-    {
-      float sk[4][TV], sq[4][TV];
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int c = 0; c < TV; ++c) sk[r][c] = sq[r][c] = 0.f;
-#pragma unroll 4
-      for (int c4 = 0; c4 < NK4; ++c4) {
-        float4 s4[TV];
-#pragma unroll
-        for (int c = 0; c < TV; ++c) s4[c] = *reinterpret_cast<const float4*>(&S_s[(lane + 32 * c) * KS + 4 * c4]);
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const float4 k4 = *reinterpret_cast<const float4*>(&K_s[(warp + 8 * r) * KS + 4 * c4]);
-          const float4 q4 = *reinterpret_cast<const float4*>(&Q_s[(warp + 8 * r) * KS + 4 * c4]);
-#pragma unroll
-          for (int c = 0; c < TV; ++c) {
-            sk[r][c] = dot4(k4, s4[c], sk[r][c]);
-            sq[r][c] = dot4(q4, s4[c], sq[r][c]);
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = warp + 8 * r;
-        const float gm = Gm_s[i], bt = Bt_s[i];
-#pragma unroll
-        for (int c = 0; c < TV; ++c) {
-          const int v = lane + 32 * c;
-          D_s[i * VS + v] = bt * (D_s[i * VS + v] - gm * sk[r][c]);
-          O_s[i * VS + v] = gm * sq[r][c];
-        }
-      }
-    }
-    // ---- 2b. A and the masked q.k: rows i = warp + 8r, column j = lane
-    {
-      float kk[4] = {0.f, 0.f, 0.f, 0.f}, qk[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-      for (int c4 = 0; c4 < NK4; ++c4) {
-        const float4 kj = *reinterpret_cast<const float4*>(&K_s[lane * KS + 4 * c4]);
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const float4 ki = *reinterpret_cast<const float4*>(&K_s[(warp + 8 * r) * KS + 4 * c4]);
-          const float4 qi = *reinterpret_cast<const float4*>(&Q_s[(warp + 8 * r) * KS + 4 * c4]);
-          kk[r] = dot4(ki, kj, kk[r]);
-          qk[r] = dot4(qi, kj, qk[r]);
-        }
-      }
-      const int j = lane;
-      const float Gj = Gr_s[j];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = warp + 8 * r;
-        const float dec = j <= i ? expf(Gr_s[i] - Gj) : 0.f;
-        A_s[i * CS + j] = j < i ? Bt_s[i] * dec * kk[r] : 0.f;
-        M_s[i * CS + j] = j <= i ? dec * qk[r] : 0.f;
-      }
-    }
-    __syncthreads();
-
-    // ---- 3. (I + A) Delta = R by forward substitution, a column per TPC lanes
+    // ---- 3. (I + A) Delta = R by forward substitution, a column per TPC lanes (fp32)
     {
       constexpr int TPC = kThreads / VB;  // lanes per column (4 or 8)
       constexpr int RPT = kC / TPC;       // rows per lane: i = sub + TPC r
@@ -252,87 +374,87 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkParams p)
     }
     __syncthreads();
 
-    // ---- 4a. outputs: o_i = O_i + sum_{j<=i} M_ij Delta_j
-    {
-      float o[4][TV];
+    // ---- 4a. P3: o += (masked q.k) Delta (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15)
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+    for (int kk = 0; kk < kC; kk += 8) {
+      if (kk >= 16 * (pa + 1)) break;  // above the diagonal: M is zero there
+      uint32_t a[4];
+      load_a_mk(a, M_s + 16 * pa * CS + kk, CS, fg, ft);
 #pragma unroll
-        for (int c = 0; c < TV; ++c) o[r][c] = O_s[(warp + 8 * r) * VS + lane + 32 * c];
-#pragma unroll 8
-      for (int j = 0; j < kC; ++j) {
-        float dj[TV];
-#pragma unroll
-        for (int c = 0; c < TV; ++c) dj[c] = D_s[j * VS + lane + 32 * c];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const float m = M_s[(warp + 8 * r) * CS + j];
-#pragma unroll
-          for (int c = 0; c < TV; ++c) o[r][c] = fmaf(m, dj[c], o[r][c]);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = warp + 8 * r;
-#pragma unroll
-        for (int c = 0; c < TV; ++c) {
-          const int v = lane + 32 * c;
-          if (i < n && v < vn)
-            p.out[static_cast<size_t>(t0 + i) * out_stride + static_cast<size_t>(h) * p.v_dim + v0 + v] =
-                float_to_bf16(o[r][c] * p.inv_sqrt_dk);
-        }
+      for (int ni = 0; ni < TN1; ++ni) {
+        const float* X = D_s + kk * VS + 8 * (pn + ni);
+        const uint32_t bd[2] = {tf32_bits(X[ft * VS + fg]), tf32_bits(X[(ft + 4) * VS + fg])};
+        mma_tf32(o[ni], a, bd);
       }
     }
-    // ---- 4b. S = e^{G_last} S0 + sum_j e^{G_last-G_j} Delta_j k_j^T:
-    // lane column float4 k4, rows v = tv RV + c (contiguous: broadcast loads of Delta)
+#pragma unroll
+    for (int ni = 0; ni < TN1; ++ni)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = 16 * pa + fg + 8 * hr, v = 8 * (pn + ni) + 2 * ft;
+        if (i < n && v < vn)
+          *reinterpret_cast<uint32_t*>(p.out + static_cast<size_t>(t0 + i) * out_stride +
+                                       static_cast<size_t>(h) * p.v_dim + v0 + v) =
+              pack2(o[ni][2 * hr] * p.inv_sqrt_dk, o[ni][2 * hr + 1] * p.inv_sqrt_dk);
+      }
+
+    // ---- 4b. P4: S = e^{G_last} S0 + (e^{G_last-G} Delta)^T K (m = v rows, n = k_dim, k = tokens)
     {
-      constexpr int NVT = kThreads / NK4;
-      constexpr int RV = VB / NVT;
-      static_assert(RV >= 1 && VB % NVT == 0, "update mapping");
-      const int k4 = tid % NK4, tv = tid / NK4;
       const float gl = Gm_s[kC - 1];
-      float4 s[RV];
 #pragma unroll
-      for (int c = 0; c < RV; ++c) {
-        s[c] = *reinterpret_cast<const float4*>(&S_s[(tv * RV + c) * KS + 4 * k4]);
-        s[c].x *= gl; s[c].y *= gl; s[c].z *= gl; s[c].w *= gl;
+      for (int mi = 0; mi < SG::TM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < SG::TN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) Sr[mi][ni][e] *= gl;
+#pragma unroll
+      for (int kk = 0; kk < kC; kk += 8) {
+        const float e0 = E_s[kk + ft], e1 = E_s[kk + ft + 4];
+        const float* D0 = D_s + (kk + ft) * VS;
+        const float* D1 = D_s + (kk + ft + 4) * VS;
+        uint32_t a[SG::TM][4];
+#pragma unroll
+        for (int mi = 0; mi < SG::TM; ++mi) {
+          const int vr = 16 * (sm0 + mi) + fg;
+          a[mi][0] = tf32_bits(e0 * D0[vr]);
+          a[mi][1] = tf32_bits(e0 * D0[vr + 8]);
+          a[mi][2] = tf32_bits(e1 * D1[vr]);
+          a[mi][3] = tf32_bits(e1 * D1[vr + 8]);
+        }
+#pragma unroll
+        for (int ni = 0; ni < SG::TN; ++ni) {
+          uint32_t bk[2];
+          load_b_kn(bk, KQ_s + kk * KS + 8 * (sn0 + ni), KS, fg, ft);
+#pragma unroll
+          for (int mi = 0; mi < SG::TM; ++mi) mma_tf32(Sr[mi][ni], a[mi], bk);
+        }
       }
-#pragma unroll 4
-      for (int j = 0; j < kC; ++j) {
-        const float4 kj = *reinterpret_cast<const float4*>(&K_s[j * KS + 4 * k4]);
-        const float e = E_s[j];
-        float dd[RV];
-        if constexpr (RV % 4 == 0) {
 #pragma unroll
-          for (int c = 0; c < RV; c += 4) {
-            const float4 d4 = *reinterpret_cast<const float4*>(&D_s[j * VS + tv * RV + c]);
-            dd[c] = d4.x; dd[c + 1] = d4.y; dd[c + 2] = d4.z; dd[c + 3] = d4.w;
+      for (int mi = 0; mi < SG::TM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < SG::TN; ++ni)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
+            *reinterpret_cast<float2*>(&S_s[v * KS + c]) =
+                make_float2(tf32_round(Sr[mi][ni][2 * hr]), tf32_round(Sr[mi][ni][2 * hr + 1]));
           }
-        } else {
-#pragma unroll
-          for (int c = 0; c < RV; ++c) dd[c] = D_s[j * VS + tv * RV + c];
-        }
-#pragma unroll
-        for (int c = 0; c < RV; ++c) {
-          const float w = e * dd[c];
-          s[c].x = fmaf(w, kj.x, s[c].x);
-          s[c].y = fmaf(w, kj.y, s[c].y);
-          s[c].z = fmaf(w, kj.z, s[c].z);
-          s[c].w = fmaf(w, kj.w, s[c].w);
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < RV; ++c) *reinterpret_cast<float4*>(&S_s[(tv * RV + c) * KS + 4 * k4]) = s[c];
     }
-    __syncthreads();
+    cp_async_wait<0>();
+    __syncthreads();  // the next chunk's staging overwrites KQ_s and D_s, and reads R_s
   }
 
-  for (int idx = tid; idx < VB * NK4; idx += kThreads) {
-    const int v = idx / NK4, col = 4 * (idx - (idx / NK4) * NK4);
-    if (v < vn && col < p.k_dim)
-      *reinterpret_cast<float4*>(S_g + static_cast<size_t>(v0 + v) * p.k_dim + col) =
-          *reinterpret_cast<const float4*>(&S_s[v * KS + col]);
-  }
+#pragma unroll
+  for (int mi = 0; mi < SG::TM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < SG::TN; ++ni)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
+        if (v < vn && c < p.k_dim)
+          *reinterpret_cast<float2*>(S_g + static_cast<size_t>(v0 + v) * p.k_dim + c) =
+              make_float2(Sr[mi][ni][2 * hr], Sr[mi][ni][2 * hr + 1]);
+      }
 }
 
 template <int KP, int VB>
@@ -367,7 +489,8 @@ cudaError_t launch_k(cudaStream_t stream, const ChunkParams& p) {
 
 bool gdn_chunked_supports(const LayerShape& shape) {
   return shape.num_k_heads > 0 && shape.num_v_heads > 0 && shape.num_v_heads % shape.num_k_heads == 0 &&
-         shape.k_dim > 0 && shape.k_dim % 4 == 0 && shape.k_dim <= 128 && shape.v_dim > 0;
+         shape.k_dim > 0 && shape.k_dim % 8 == 0 && shape.k_dim <= 128 && shape.v_dim > 0 &&
+         shape.v_dim % 8 == 0;
 }
 
 cudaError_t launch_gdn_chunked(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,

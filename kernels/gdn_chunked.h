@@ -1,10 +1,12 @@
 // gdn_chunked.h: the chunked (WY / UT-transform) Gated DeltaNet prefill kernel,
 // same contract and arguments as launch_gdn (kernels/kernels.h), which stays the
 // oracle (PB_GDN_KERNEL=token in the CUDA backend).
-// Invariants: exactly reference/reference.h's math in fp32 (S f32 read from and
-// written back to h_state_ptrs[b] as [Hv, v_dim, k_dim]; q, k L2-normalised with
-// eps 1e-6 inside the sqrt; out rounded to bf16); k_dim <= 128 and k_dim % 4 == 0,
-// any v_dim (other shapes: cudaErrorInvalidValue, the caller falls back).
+// Invariants: reference/reference.h's math with an fp32 state, fp32 sums and
+// tf32 (tensor-core) operands in the chunk's matrix products (the .cu says why
+// that keeps the tolerance); S f32 read from and written back to h_state_ptrs[b]
+// as [Hv, v_dim, k_dim]; q, k L2-normalised with eps 1e-6 inside the sqrt; out
+// rounded to bf16. Shapes: k_dim <= 128, k_dim % 8 == 0, v_dim % 8 == 0 (other
+// shapes: cudaErrorInvalidValue, the caller falls back to the token kernel).
 #pragma once
 #include <cuda_runtime.h>
 
