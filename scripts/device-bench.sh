@@ -9,10 +9,12 @@
 #    on the same batches (PB_PEER: which batch names, a grep -E pattern);
 # 4. prefill-bench runs the DEVICE-NOTES peer scenarios end to end (all checks),
 #    unless PB_SKIP contains "harness";
+# 5. pb_bench_gdn_cuda times the Gated DeltaNet kernels (chunked, token, conv1d)
+#    and staging + upload, unless PB_SKIP contains "gdn";
 # then prints the ratio table last. Files in ${OUT:-results}/: device-bench.log,
-# bench.json, peer.json, ratio.txt, harness.txt.
+# bench.json, peer.json, ratio.txt, harness.txt, gdn-bench.json.
 # Knobs: PB_BUNDLE, PB_BENCH_PASS1/2 or PB_BENCH_FILTER (google benchmark regexes),
-# PB_PEER, PB_HARNESS_KERNELS (default "mma fp32"), PB_SKIP (words: ours peer harness).
+# PB_PEER, PB_HARNESS_KERNELS (default "mma fp32"), PB_SKIP (words: ours peer harness gdn).
 set -uo pipefail
 B="${PB_BUNDLE:-$PWD/bundle}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -90,6 +92,17 @@ if [[ "$skip" != *" harness "* ]] && [ -x "$B/prefill-bench" ]; then
     done
   done
   grep -E "^---|attention|PASS|FAIL|exit" "$out/harness.txt" | head -40
+fi
+
+if [[ "$skip" != *" gdn "* ]]; then
+  echo "== gdn: pb_bench_gdn_cuda [$(elapsed)]"
+  if [ -x "$B/pb_bench_gdn_cuda" ]; then
+    timeout 300 "$B/pb_bench_gdn_cuda" --benchmark_format=console --benchmark_out="$out/gdn-bench.json" \
+      --benchmark_out_format=json
+    echo "pb_bench_gdn_cuda exit $? [$(elapsed)]"
+  else
+    echo "device-bench: no $B/pb_bench_gdn_cuda (scripts/bundle.sh with benchmarks): gdn step skipped"
+  fi
 fi
 
 echo "== ratio table [$(elapsed)]"
