@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_bench_util.h"
 #include "kernels/attention_mma.h"
 #include "kernels/kernels.h"
 #include "lib/batch.h"
@@ -31,13 +32,6 @@
 #include "lib/scenario.h"
 
 namespace {
-
-#define BCK(call)                                                                              \
-  do {                                                                                         \
-    const cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess)                                                                     \
-      throw std::runtime_error(std::string(#call) + " failed: " + cudaGetErrorString(e_));     \
-  } while (0)
 
 struct MixDef {
   const char* name;
@@ -209,38 +203,13 @@ void BM_Attention(benchmark::State& state, const MixDef* m, int D, int hq, int h
     state.SkipWithError(e.what());
     return;
   }
-  cudaStream_t st = nullptr;
-  cudaEvent_t e0, e1;
-  if (cudaStreamCreate(&st) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
-      cudaEventCreate(&e1) != cudaSuccess) {
-    state.SkipWithError("CUDA stream/event creation failed");
-    return;
-  }
-  cudaError_t err = b->launch(variant, st);  // warm-up (and the attribute set-up)
-  if (err == cudaSuccess) err = cudaStreamSynchronize(st);
-  double total_s = 0;
-  for (auto _ : state) {
-    if (err != cudaSuccess) break;
-    cudaEventRecord(e0, st);
-    err = b->launch(variant, st);
-    cudaEventRecord(e1, st);
-    if (err == cudaSuccess) err = cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    state.SetIterationTime(ms * 1e-3);
-    total_s += ms * 1e-3;
-  }
-  if (err != cudaSuccess) {
-    state.SkipWithError(cudaGetErrorString(err));
-  } else if (total_s > 0) {
+  const double total_s = time_launches(state, [&](cudaStream_t st) { return b->launch(variant, st); });
+  if (total_s > 0) {
     const double it = static_cast<double>(state.iterations());
     state.counters["TFLOP/s"] = b->flops * it / total_s / 1e12;
     state.counters["GB/s"] = b->bytes * it / total_s / 1e9;
     state.counters["GFLOP"] = b->flops / 1e9;
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaStreamDestroy(st);
 }
 
 void register_all() {

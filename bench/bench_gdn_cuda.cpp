@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_bench_util.h"
 #include "kernels/gdn_chunked.h"
 #include "kernels/kernels.h"
 #include "lib/backend.h"
@@ -32,13 +33,6 @@
 #include "lib/work_counts.h"
 
 namespace {
-
-#define BCK(call)                                                                              \
-  do {                                                                                         \
-    const cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess)                                                                     \
-      throw std::runtime_error(std::string(#call) + " failed: " + cudaGetErrorString(e_));     \
-  } while (0)
 
 // Measured H200 device-to-device copy bandwidth, bytes read + written
 // (shared/DEVICE-NOTES.md): the memory floor "x floor" is measured against.
@@ -180,38 +174,13 @@ void BM_Gdn(benchmark::State& state, const ShapeDef* sh, const MixDef* m, Kernel
     state.SkipWithError(e.what());
     return;
   }
-  cudaStream_t st = nullptr;
-  cudaEvent_t e0, e1;
-  if (cudaStreamCreate(&st) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
-      cudaEventCreate(&e1) != cudaSuccess) {
-    state.SkipWithError("CUDA stream/event creation failed");
-    return;
-  }
-  cudaError_t err = b->launch(k, st);  // warm-up
-  if (err == cudaSuccess) err = cudaStreamSynchronize(st);
-  double total_s = 0;
-  for (auto _ : state) {
-    if (err != cudaSuccess) break;
-    cudaEventRecord(e0, st);
-    err = b->launch(k, st);
-    cudaEventRecord(e1, st);
-    if (err == cudaSuccess) err = cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    state.SetIterationTime(ms * 1e-3);
-    total_s += ms * 1e-3;
-  }
-  if (err != cudaSuccess) {
-    state.SkipWithError(cudaGetErrorString(err));
-  } else if (total_s > 0) {
+  const double total_s = time_launches(state, [&](cudaStream_t st) { return b->launch(k, st); });
+  if (total_s > 0) {
     const double it = static_cast<double>(state.iterations()), bytes = b->work(k).bytes;
     state.counters["tokens/s"] = b->T * it / total_s;
     state.counters["GB/s"] = bytes * it / total_s / 1e9;
     state.counters["x floor"] = (total_s / it) / (bytes / kCopyBytesPerS);
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaStreamDestroy(st);
 }
 
 // Host staging of the mixed batch (wall clock) plus the upload of its scratch
