@@ -3,6 +3,7 @@
 // the same form, tf32 rounding (cvt.rna) exactly where the kernel rounds an mma
 // operand, fp32 everywhere else. Invariant: a change to the kernel's roundings
 // or its order of operations must be mirrored here (docs/TOLERANCES.md).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -36,9 +37,10 @@ namespace {
 template <class Acc>
 void chunk(int n, int dk, int dv, const float* q, const float* k, const float* v, const float* g,
            const float* beta, float* S, float* out, size_t out_stride) {
-  std::vector<float> kt(static_cast<size_t>(n) * dk), qt(kt.size()), St(static_cast<size_t>(dv) * dk);
+  std::vector<float> kt(static_cast<size_t>(n) * dk), qt(kt.size()), St(static_cast<size_t>(dk) * dv);
   for (size_t e = 0; e < kt.size(); ++e) kt[e] = round_tf32(k[e]), qt[e] = round_tf32(q[e]);
-  for (size_t e = 0; e < St.size(); ++e) St[e] = round_tf32(S[e]);
+  for (int r = 0; r < dv; ++r)  // St = tf32(S0)^T, [dk][dv]: the loops below run along v rows
+    for (int c = 0; c < dk; ++c) St[c * dv + r] = round_tf32(S[r * dk + c]);
   std::vector<float> G(n), Gm(n), E(n);
   float acc = 0.f;
   for (int i = 0; i < n; ++i) G[i] = acc += g[i];
@@ -47,16 +49,22 @@ void chunk(int n, int dk, int dv, const float* q, const float* k, const float* v
 
   // P1
   std::vector<float> D(static_cast<size_t>(n) * dv), o(D.size());
-  for (int i = 0; i < n; ++i)
-    for (int r = 0; r < dv; ++r) {
-      Acc sk = 0.f, sq = 0.f;
-      for (int c = 0; c < dk; ++c) {
-        sk += kt[i * dk + c] * St[r * dk + c];
-        sq += qt[i * dk + c] * St[r * dk + c];
+  std::vector<Acc> sk(dv), sq(dv);
+  for (int i = 0; i < n; ++i) {
+    std::fill(sk.begin(), sk.end(), Acc(0));
+    std::fill(sq.begin(), sq.end(), Acc(0));
+    for (int c = 0; c < dk; ++c) {  // each sum in column order
+      const float kc = kt[i * dk + c], qc = qt[i * dk + c];
+      for (int r = 0; r < dv; ++r) {
+        sk[r] += kc * St[c * dv + r];
+        sq[r] += qc * St[c * dv + r];
       }
-      D[i * dv + r] = beta[i] * std::fma(-Gm[i], (float)sk, v[i * dv + r]);
-      o[i * dv + r] = (float)sq * Gm[i];
     }
+    for (int r = 0; r < dv; ++r) {
+      D[i * dv + r] = beta[i] * std::fma(-Gm[i], static_cast<float>(sk[r]), v[i * dv + r]);
+      o[i * dv + r] = static_cast<float>(sq[r]) * Gm[i];
+    }
+  }
   // P2
   std::vector<float> A(static_cast<size_t>(n) * n, 0.f), M(A.size(), 0.f);
   for (int i = 0; i < n; ++i)
@@ -67,8 +75,8 @@ void chunk(int n, int dk, int dv, const float* q, const float* k, const float* v
         qk += qt[i * dk + c] * kt[j * dk + c];
       }
       const float dec = std::exp(G[i] - G[j]);
-      if (j < i) A[i * n + j] = beta[i] * dec * (float)kk;
-      M[i * n + j] = round_tf32(dec * (float)qk);
+      if (j < i) A[i * n + j] = beta[i] * dec * static_cast<float>(kk);
+      M[i * n + j] = round_tf32(dec * static_cast<float>(qk));
     }
   // (I + A) Delta = R
   for (int j = 0; j < n; ++j)
@@ -80,18 +88,18 @@ void chunk(int n, int dk, int dv, const float* q, const float* k, const float* v
     for (int r = 0; r < dv; ++r) {
       Acc oi = o[i * dv + r];
       for (int j = 0; j <= i; ++j) oi += M[i * n + j] * round_tf32(D[j * dv + r]);
-      out[i * out_stride + r] = round_bf16((float)oi * inv_sqrt_dk);
+      out[i * out_stride + r] = round_bf16(static_cast<float>(oi) * inv_sqrt_dk);
     }
   // P4
   const float gl = std::exp(G_last);
+  std::vector<Acc> row(dk);
   for (int r = 0; r < dv; ++r) {
-    std::vector<float> a(n);
-    for (int j = 0; j < n; ++j) a[j] = round_tf32(E[j] * D[j * dv + r]);
-    for (int c = 0; c < dk; ++c) {
-      Acc s = S[r * dk + c] * gl;
-      for (int j = 0; j < n; ++j) s += a[j] * kt[j * dk + c];
-      S[r * dk + c] = (float)s;
+    for (int c = 0; c < dk; ++c) row[c] = S[r * dk + c] * gl;
+    for (int j = 0; j < n; ++j) {  // each sum in token order
+      const float a = round_tf32(E[j] * D[j * dv + r]);
+      for (int c = 0; c < dk; ++c) row[c] += a * kt[j * dk + c];
     }
+    for (int c = 0; c < dk; ++c) S[r * dk + c] = static_cast<float>(row[c]);
   }
 }
 

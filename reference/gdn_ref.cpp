@@ -5,9 +5,10 @@
 // tiles (conv, activation and norm of a tile's q/k/v channels, then the state
 // recurrence). The lp recurrence follows the checked kernel's arithmetic
 // (GdnPrecision): token by token in fp32, or the chunked kernel's tf32 chunks
-// (gdn_chunked_lp.cpp); hp is always the token recurrence in double. The recurrence makes one pass over S per token: row i becomes
-// a*S_i + delta_i*k^T and, in the same pass, its dots with the next token's k
-// and q, which the next token needs (o_t = a*(S_{t-1} q_t) + delta*(k_t.q_t)).
+// (gdn_chunked_lp.cpp); hp is always the token recurrence in double. The token
+// recurrence makes one pass over S per token: row i becomes a*S_i + delta_i*k^T
+// and, in the same pass, its dots with the next token's k and q, which the next
+// token needs (o_t = a*(S_{t-1} q_t) + delta*(k_t.q_t)).
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>

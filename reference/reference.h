@@ -37,14 +37,14 @@
 
 namespace pb {
 
-// One layer's reference. `hp` is the math in high precision (float64 where it
-// matters, no intermediate bf16 rounding); `lp` is the same math at the kernels'
-// precision (bf16 rounding where the kernel rounds). The numeric tolerance is
-// derived from |lp - hp| (FlashAttention's rule).
 // The arithmetic the attention lp models, the same for every attention kernel
 // (fp32, mma.sync, wgmma): how a report names it.
 constexpr const char* kAttentionPrecision = "bf16 io, fp32 math, P rounded to bf16";
 
+// One layer's reference. `hp` is the math in high precision (float64 where it
+// matters, no intermediate bf16 rounding); `lp` is the same math at the kernels'
+// precision (bf16 rounding where the kernel rounds). The numeric tolerance is
+// derived from |lp - hp| (FlashAttention's rule).
 struct AttnReference {
   std::vector<float> out_hp, out_lp;  // [T, Hq, D]
   std::vector<uint8_t> computed;      // [T * Hq]: 1 where the row/head was computed
