@@ -15,7 +15,9 @@
 // than the bf16 rounding of q, k, v that the tolerance is built from; a host
 // emulation of exactly these roundings (2048 tokens, dk = dv = 128) moved the
 // state's max error by 2% against the fp32 reference (PERF-NOTES.md). bf16
-// operands moved it by 25-85% and were not used.
+// operands moved it by 25-85% and were not used. The checks' lp reference
+// reproduces these roundings (reference/gdn_chunked_lp.cpp, GdnPrecision::
+// tf32_chunked): a change to where this kernel rounds must be mirrored there.
 // Invariants: the fp32 state lives in registers (P4's accumulators) for the
 // whole stream; shared memory holds a tf32 copy for P1. S is read from and
 // written back to h_state_ptrs[b] as [Hv, v_dim, k_dim]; q, k L2-normalised

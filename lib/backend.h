@@ -13,6 +13,7 @@
 #include "batch.h"
 #include "faults.h"
 #include "metadata.h"
+#include "reference/reference.h"
 
 namespace pb {
 
@@ -68,6 +69,9 @@ class Backend {
   virtual std::vector<KernelTime> run_layer(int layer, const BatchedAttnMetadata& meta,
                                             uint64_t h_state_ptrs) = 0;
   virtual LayerOutputs read_layer(int layer) = 0;
+  // The arithmetic of the gdn kernel allocate() chose, which the reference's lp
+  // reproduces so the numeric limit follows it (docs/TOLERANCES.md).
+  virtual GdnPrecision gdn_precision() const { return GdnPrecision::fp32; }
   virtual std::vector<uint8_t> read_scratch() = 0;
   virtual std::vector<uint8_t> read_arena() = 0;
 };

@@ -38,6 +38,7 @@ void check_attention(const Batch& batch, const LayerShape& shape, int layer,
       }
     }
     Figure f = stats.figure(layer, b, "out", tol);
+    f.precision = kAttentionPrecision;
     numeric.figures.push_back(f);
     if (!f.pass)
       numeric.fail(layer, b, fmt::format("stream {} (kv_len {}): attention output max_abs {:.3g} "

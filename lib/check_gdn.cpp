@@ -20,7 +20,8 @@ void check_gdn(const Batch& batch, const LayerShape& shape, int layer, const Gdn
     DiffStats o;
     for (size_t i = st.row_begin * row; i < (st.row_begin + st.count) * row; ++i)
       o.add(to_float(out.out[i]), ref.out_hp[i], ref.out_lp[i]);
-    const Figure fo = o.figure(layer, b, "out", tol);
+    Figure fo = o.figure(layer, b, "out", tol);
+    fo.precision = gdn_precision_name(ref.lp_precision);
     numeric.figures.push_back(fo);
     if (!fo.pass)
       numeric.fail(layer, b, fmt::format("stream {} ({} tokens): gdn output max_abs {:.3g} over "
@@ -28,7 +29,8 @@ void check_gdn(const Batch& batch, const LayerShape& shape, int layer, const Gdn
                                          fo.max_abs, fo.limit, fo.rel_l2, fo.nonfinite));
     DiffStats h;
     for (size_t i = 0; i < ref.h_hp[b].size(); ++i) h.add(out.h_state[b][i], ref.h_hp[b][i], ref.h_lp[b][i]);
-    const Figure fh = h.figure(layer, b, "h_state", tol);
+    Figure fh = h.figure(layer, b, "h_state", tol);
+    fh.precision = fo.precision;
     state.figures.push_back(fh);
     if (!fh.pass)
       state.fail(layer, b, fmt::format("stream {}: h_state after the chunk differs from the "

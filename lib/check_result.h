@@ -35,6 +35,7 @@ struct Figure {
   double limit = 0;          // the tolerance max_abs must stay under
   long long nonfinite = 0;   // NaN/Inf where the reference is finite
   long long elements = 0;    // elements compared
+  std::string precision;     // numeric figures: the arithmetic the lp reference (and so the limit) models
   bool pass = true;
 };
 

@@ -80,6 +80,8 @@ json check_json(const CheckResult& c) {
                        {"nonfinite", f.nonfinite},
                        {"elements", f.elements},
                        {"pass", f.pass}});
+  for (size_t i = 0; i < c.figures.size(); ++i)
+    if (!c.figures[i].precision.empty()) figures[i]["precision"] = c.figures[i].precision;
   return {{"name", c.name},
           {"ran", c.ran},
           {"not_run_why", c.not_run_why},

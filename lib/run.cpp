@@ -263,7 +263,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       }
       if (on(kCheckKvWrite)) check_kv_write(batch, shape, layer, ref, first, checks[kCheckKvWrite]);
     } else {
-      const GdnReference ref = gdn_reference(batch, shape, layer);
+      const GdnReference ref = gdn_reference(batch, shape, layer, backend->gdn_precision());
       if (on(kCheckNumeric) || on(kCheckState)) {
         CheckResult numeric = checks[kCheckNumeric], state = checks[kCheckState];
         check_gdn(batch, shape, layer, ref, first, s.tol_bf16, numeric, state);

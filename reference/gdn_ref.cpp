@@ -3,9 +3,12 @@
 // window reads only the stream's own tokens and conv0, never another stream.
 // One task per (stream, v head, precision); each walks the stream's tokens in
 // tiles (conv, activation and norm of a tile's q/k/v channels, then the state
-// recurrence). The recurrence makes one pass over S per token: row i becomes
-// a*S_i + delta_i*k^T and, in the same pass, its dots with the next token's k
-// and q, which the next token needs (o_t = a*(S_{t-1} q_t) + delta*(k_t.q_t)).
+// recurrence). The lp recurrence follows the checked kernel's arithmetic
+// (GdnPrecision): token by token in fp32, or the chunked kernel's tf32 chunks
+// (gdn_chunked_lp.cpp); hp is always the token recurrence in double. The token
+// recurrence makes one pass over S per token: row i becomes a*S_i + delta_i*k^T
+// and, in the same pass, its dots with the next token's k and q, which the next
+// token needs (o_t = a*(S_{t-1} q_t) + delta*(k_t.q_t)).
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -59,8 +62,11 @@ T silu_out(T u) {
 
 // Runs the recurrence of one v head over the stream: S [dv, dk] row-major holds
 // the state in and out; o_t goes to out + t * out_stride.
+// `model` tf32_chunked (T = O = float only): the lp of that kernel, chunk by
+// chunk in its arithmetic (summed as `sums` says) instead of token by token.
 template <class T, class O>
-void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride) {
+void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride,
+              GdnPrecision model = GdnPrecision::fp32, detail::Tf32Sums sums = detail::Tf32Sums::fp32) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
   using RowMap = Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>;
@@ -105,6 +111,23 @@ void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride) {
   for (int t0 = 0; t0 < j.count; t0 += kTileTokens) {
     const int t1 = std::min(j.count, t0 + kTileTokens);
     load(t0, std::min(j.count, t1 + 1));
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<O, float>) {
+      if (model == GdnPrecision::tf32_chunked) {
+        static_assert(kTileTokens % detail::kGdnChunkTokens == 0, "chunks must not straddle tiles");
+        float gs[detail::kGdnChunkTokens], bs[detail::kGdnChunkTokens];
+        for (int c0 = t0; c0 < t1; c0 += detail::kGdnChunkTokens) {
+          const int n = std::min(t1 - c0, detail::kGdnChunkTokens);
+          for (int i = 0; i < n; ++i) {
+            gs[i] = j.g[static_cast<size_t>(c0 + i) * j.Hv];
+            bs[i] = j.beta[static_cast<size_t>(c0 + i) * j.Hv];
+          }
+          const int r = c0 - t0;
+          detail::gdn_chunk_tf32(n, dk, dv, &q(r, 0), &k(r, 0), &v(r, 0), gs, bs, S_data,
+                                 out + static_cast<size_t>(c0) * out_stride, out_stride, sums);
+        }
+        continue;
+      }
+    }
     if (t0 == 0) {
       sk.noalias() = S * k.row(0).transpose();
       sq.noalias() = S * q.row(0).transpose();
@@ -206,13 +229,22 @@ HeadJob make_job(const Batch& batch, const Dims& d, int layer, int b, int h) {
 
 }  // namespace
 
-GdnReference gdn_reference(const Batch& batch, const LayerShape& shape, int layer) {
+const char* gdn_precision_name(GdnPrecision p) {
+  switch (p) {
+    case GdnPrecision::fp32: return "bf16 io, fp32 math";
+    case GdnPrecision::tf32_chunked: return "bf16 io, tf32 products (32-token chunks)";
+  }
+  return "unknown";
+}
+
+GdnReference gdn_reference(const Batch& batch, const LayerShape& shape, int layer, GdnPrecision lp_precision) {
   const Dims d = check_inputs(batch, shape, layer);
   const GdnInputs& in = batch.layers[layer].gdn;
   const size_t T = batch.total_tokens, hn = static_cast<size_t>(d.Hv) * d.dv * d.dk;
   const size_t head = static_cast<size_t>(d.dv) * d.dk;
 
   GdnReference ref;
+  ref.lp_precision = lp_precision;
   ref.out_hp.assign(T * d.Hv * d.dv, 0.0f);
   ref.out_lp.assign(T * d.Hv * d.dv, 0.0f);
   ref.h_hp.resize(d.N);
@@ -234,7 +266,8 @@ GdnReference gdn_reference(const Batch& batch, const LayerShape& shape, int laye
     const size_t out_at = static_cast<size_t>(st.row_begin) * d.Hv * d.dv + static_cast<size_t>(h) * d.dv;
     const size_t stride = static_cast<size_t>(d.Hv) * d.dv;
     if (lp) {
-      run_head<float, float>(j, ref.h_lp[b].data() + h * head, ref.out_lp.data() + out_at, stride);
+      run_head<float, float>(j, ref.h_lp[b].data() + h * head, ref.out_lp.data() + out_at, stride,
+                             lp_precision);
     } else {
       std::vector<double> S(head, 0.0);
       if (!in.h0[b].empty())
@@ -283,6 +316,23 @@ void gdn_stream_hp(const Batch& batch, const LayerShape& shape, int layer, int s
     const HeadJob j = make_job(batch, d, layer, stream, h);
     run_head<double, double>(j, h_final->data() + h * head, out->data() + static_cast<size_t>(h) * d.dv,
                              static_cast<size_t>(d.Hv) * d.dv);
+  }
+}
+
+void gdn_stream_lp(const Batch& batch, const LayerShape& shape, int layer, int stream,
+                   GdnPrecision p, Tf32Sums sums, std::vector<float>* out,
+                   std::vector<float>* h_final) {
+  const Dims d = check_inputs(batch, shape, layer);
+  if (stream < 0 || stream >= d.N) fail("stream " + std::to_string(stream) + " out of range");
+  const GdnInputs& in = batch.layers[layer].gdn;
+  const size_t hn = static_cast<size_t>(d.Hv) * d.dv * d.dk, head = static_cast<size_t>(d.dv) * d.dk;
+  *h_final = in.h0[stream].empty() ? std::vector<float>(hn, 0.0f) : in.h0[stream];
+  const int count = batch.streams[stream].count;
+  out->assign(static_cast<size_t>(count) * d.Hv * d.dv, 0.0f);
+  for (int h = 0; h < d.Hv; ++h) {
+    const HeadJob j = make_job(batch, d, layer, stream, h);
+    run_head<float, float>(j, h_final->data() + h * head, out->data() + static_cast<size_t>(h) * d.dv,
+                           static_cast<size_t>(d.Hv) * d.dv, p, sums);
   }
 }
 

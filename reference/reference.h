@@ -37,6 +37,10 @@
 
 namespace pb {
 
+// The arithmetic the attention lp models, the same for every attention kernel
+// (fp32, mma.sync, wgmma): how a report names it.
+constexpr const char* kAttentionPrecision = "bf16 io, fp32 math, P rounded to bf16";
+
 // One layer's reference. `hp` is the math in high precision (float64 where it
 // matters, no intermediate bf16 rounding); `lp` is the same math at the kernels'
 // precision (bf16 rounding where the kernel rounds). The numeric tolerance is
@@ -48,10 +52,23 @@ struct AttnReference {
   std::vector<bf16> k_cache, v_cache; // the expected paged cache after the layer
 };
 
+// The arithmetic of the Gated DeltaNet kernel that ran, which the lp reference
+// reproduces so that the numeric limit follows the kernel's real precision
+// (docs/TOLERANCES.md). The kernel declares it; never chosen from the output.
+enum class GdnPrecision {
+  fp32,          // token by token, fp32 math (the host backend, kernels/gdn.cu)
+  tf32_chunked,  // chunks of 32 tokens in the WY form, the chunk's four products on
+                 // tf32 operands (round to nearest, ties away) with fp32 accumulation,
+                 // everything else and the carried state in fp32 (kernels/gdn_chunked.cu)
+};
+// How a report names it: "bf16 io, fp32 math" / "bf16 io, tf32 products (32-token chunks)".
+const char* gdn_precision_name(GdnPrecision p);
+
 struct GdnReference {
   std::vector<float> out_hp, out_lp;            // [T, Hv, v_dim]
   std::vector<std::vector<float>> h_hp, h_lp;   // per stream [Hv, v_dim, k_dim]
   std::vector<bf16> conv_state;                 // [N, conv_dim, d_conv - 1]
+  GdnPrecision lp_precision = GdnPrecision::fp32;  // the arithmetic out_lp and h_lp follow
 };
 
 // RoPE angles' position selection for frequency i (see the contract above).
@@ -61,6 +78,8 @@ int rope_section(const LayerShape& shape, int i);  // 0 = T, 1 = H, 2 = W
 // seed, always including each stream's first and last token).
 AttnReference attention_reference(const Batch& batch, const LayerShape& shape, int layer,
                                   int sample, uint64_t seed);
-GdnReference gdn_reference(const Batch& batch, const LayerShape& shape, int layer);
+// `lp`: the arithmetic of the kernel being checked (hp does not depend on it).
+GdnReference gdn_reference(const Batch& batch, const LayerShape& shape, int layer,
+                           GdnPrecision lp = GdnPrecision::fp32);
 
 }  // namespace pb

@@ -11,6 +11,7 @@
 #include "lib/batch.h"
 #include "lib/bf16.h"
 #include "lib/metadata.h"
+#include "reference/reference.h"
 
 namespace pb::detail {
 
@@ -55,5 +56,35 @@ double exp_scores_hp(const float* s, int n, double scale, double m, double* e);
 void gdn_stream_hp(const Batch& batch, const LayerShape& shape, int layer, int stream,
                    const std::vector<double>& h0, std::vector<double>* out,
                    std::vector<double>* h_final);
+
+// fp32 -> tf32 as cvt.rna.tf32.f32 does it for mma operands: round to nearest
+// on the 10 stored mantissa bits, ties away from zero; the low 13 bits zero.
+// NaN and infinity pass through.
+float round_tf32(float f);
+
+// Tokens per chunk of kernels/gdn_chunked.cu (its kC); chunks start at the
+// stream's first token.
+constexpr int kGdnChunkTokens = 32;
+
+// How the tf32 emulation sums the products of an mma: in fp32 as the kernel's
+// accumulators do (the lp), or in double, rounded to fp32 where the kernel
+// stores (a tensor core summing wider or in another order; tests use it as a
+// kernel stand-in that is not the lp itself).
+enum class Tf32Sums { fp32, wide };
+
+// One chunk (1 <= n <= kGdnChunkTokens tokens) of one v head in exactly the
+// arithmetic of kernels/gdn_chunked.cu (GdnPrecision::tf32_chunked): q, k
+// [n][dk] L2-normalised, v [n][dv], g and beta [n]; S [dv][dk] the fp32 state
+// in and out; o_t (rounded to bf16) to out + t * out_stride.
+void gdn_chunk_tf32(int n, int dk, int dv, const float* q, const float* k, const float* v,
+                    const float* g, const float* beta, float* S, float* out, size_t out_stride,
+                    Tf32Sums sums = Tf32Sums::fp32);
+
+// One stream of a Gated DeltaNet layer at kernel precision `p` (what
+// gdn_reference's out_lp / h_lp hold for it, with `sums` for tf32_chunked).
+// out: [count, Hv, v_dim] (bf16 values); h_final: [Hv, v_dim, k_dim].
+void gdn_stream_lp(const Batch& batch, const LayerShape& shape, int layer, int stream,
+                   GdnPrecision p, Tf32Sums sums, std::vector<float>* out,
+                   std::vector<float>* h_final);
 
 }  // namespace pb::detail

@@ -179,6 +179,9 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   DeviceInfo device() const override { return info_; }
+  GdnPrecision gdn_precision() const override {
+    return gdn_chunked_ ? GdnPrecision::tf32_chunked : GdnPrecision::fp32;
+  }
 
   void allocate(const Batch& batch, const LayerShape& shape, size_t scratch_bytes,
                 size_t arena_bytes) override {

@@ -34,7 +34,7 @@ namespace {
 const char* const kDefaultScenarios[] = {
     "smoke.yaml",           "continuation-chunks.yaml", "block-size-16-odd-heads.yaml",
     "block-size-64.yaml",   "mrope-interleaved.yaml",   "mrope-image.yaml",
-    "qwen3-next.yaml",      "long-and-short.yaml",
+    "qwen3-next.yaml",      "long-and-short.yaml",      "decode-heavy.yaml",
 };
 
 bool exists(const std::string& p) { return access(p.c_str(), R_OK) == 0; }
@@ -86,6 +86,37 @@ void expect_clean(const pb::Scenario& s) {
   std::printf("%s %s (%.2f s)\n", r.passed() ? "ok  " : "FAIL", s.name.c_str(), r.wall_s);
   print_checks(r);
   if (!r.passed()) fail(s.name + ": a check failed without any fault");
+}
+
+// The GDN limit follows the kernel's precision (docs/TOLERANCES.md): on a
+// scenario with gdn layers the run passes, every gdn figure names the precision
+// its limit modelled, and the printed max_abs / lowp over the gdn figures tells
+// how well that lp predicts the kernel (expected: median about 1, worst well
+// under the factor 2; a median far from 1 means reference/gdn_chunked_lp.cpp no
+// longer reproduces the kernel's roundings).
+void expect_gdn_precision_named(const pb::Scenario& s) {
+  const pb::RunResult r = run(s, {});
+  const pb::CheckResult* c = r.check("numeric");
+  std::vector<double> ratios;
+  std::string precision;
+  int unnamed = 0;
+  if (c)
+    for (const pb::Figure& f : c->figures) {
+      if (f.precision == pb::kAttentionPrecision) continue;
+      if (f.precision.empty()) ++unnamed;
+      precision = f.precision;
+      if (f.lowp_max_abs > 1e-5) ratios.push_back(f.max_abs / f.lowp_max_abs);
+    }
+  std::sort(ratios.begin(), ratios.end());
+  const double median = ratios.empty() ? 0 : ratios[ratios.size() / 2];
+  const double worst = ratios.empty() ? 0 : ratios.back();
+  const bool ok = r.passed() && !ratios.empty() && unnamed == 0;
+  std::printf("%s %s: gdn limit modelled on '%s'; max_abs / lowp over %zu gdn figures: median %.3f, worst %.3f\n",
+              ok ? "ok  " : "FAIL", s.name.c_str(), precision.c_str(), ratios.size(), median, worst);
+  if (!ok) {
+    print_checks(r);
+    fail(s.name + ": gdn figures without a precision, or the run failed");
+  }
 }
 
 // Runs `fault` on the first scenario where it can show; its check must fail.
@@ -195,6 +226,8 @@ int main(int argc, char** argv) {
       fault_matrix(scenarios);
     } else {
       for (const pb::Scenario& s : scenarios) expect_clean(s);
+      for (const pb::Scenario& s : scenarios)
+        if (s.name == "decode-heavy") expect_gdn_precision_named(s);
       expect_fault(scenarios, pb::Fault::causal_off_by_one);
       expect_fault(scenarios, pb::Fault::conv_state_bleed);
     }
