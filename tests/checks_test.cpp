@@ -158,5 +158,33 @@ TEST(RopeSections, ContiguousSectionAndStagedAliasAreNamed) {
   EXPECT_TRUE(has(*a.check(kCheckPositions), "of them fit the T positions")) << all(*a.check(kCheckPositions));
 }
 
+// Plain RoPE (one T section): keys stored with every position one too far, as a
+// kernel that rotates with the cache index + 1 would, against the same keys right.
+TEST(RopeSections, PlainRopeOffByOnePositionIsNamed) {
+  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml");
+  const Batch batch = generate_batch(s);
+  const LayerShape shape = layer_shape(s, batch);
+  const AttnReference good = attention_reference(batch, shape, 0, 1, s.seed);
+  LayerOutputs out;
+  out.k_cache = good.k_cache;
+  out.v_cache = good.v_cache;
+  CheckResult ok;
+  check_rope_sections(batch, shape, 0, out, ok);
+  EXPECT_TRUE(ok.passed) << all(ok);
+
+  Batch shifted = batch;
+  for (uint32_t& p : shifted.streams[1].pos_t) p += 1;
+  shifted.streams[1].pos_h = shifted.streams[1].pos_w = shifted.streams[1].pos_t;
+  out.k_cache = attention_reference(shifted, shape, 0, 1, s.seed).k_cache;
+  CheckResult r;
+  check_rope_sections(batch, shape, 0, out, r);
+  ASSERT_FALSE(r.passed);
+  EXPECT_EQ(r.findings[0].stream, 1);
+  EXPECT_TRUE(has(r, fmt::format("the T section (rotary dims 0..31 and 32..63) of the roped keys uses wrong "
+                                 "positions on {} of {}", batch.streams[1].count, batch.total_tokens)))
+      << all(r);
+  EXPECT_TRUE(has(r, "fit none of the token's T/H/W positions")) << all(r);
+}
+
 }  // namespace
 }  // namespace pb
