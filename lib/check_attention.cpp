@@ -2,7 +2,8 @@
 // causal bound check counts, per stream, output rows that went NaN while the
 // reference is finite: only a read of poisoned KV (a position at or past the
 // stream's kv_len, the guard entry of its table, or a block it does not own)
-// can do that, since every input is finite.
+// can do that, since every input is finite. A row still holding the output
+// poison bits was never written: numeric names it, the causal bound does not.
 #include <fmt/format.h>
 
 #include "checks.h"
@@ -18,19 +19,28 @@ void check_attention(const Batch& batch, const LayerShape& shape, int layer,
   for (int b = 0; b < batch.num_streams; ++b) {
     const StreamTruth& st = batch.streams[b];
     DiffStats stats;
-    long long nan_rows = 0;
-    int first_nan = -1, last_nan = -1;
+    // Rows a kernel never stored (an element still holds the output poison) and
+    // rows that read poisoned KV (a NaN that is not the output poison).
+    long long nan_rows = 0, unwritten_rows = 0, unwritten_elems = 0;
+    int first_nan = -1, last_nan = -1, first_unwritten = -1;
     for (int i = 0; i < st.count; ++i) {
-      bool row_nan = false;
+      bool row_nan = false, row_unwritten = false;
       for (int h = 0; h < Hq; ++h) {
         const size_t rh = static_cast<size_t>(st.row_begin + i) * Hq + h;
         const bool computed = ref.computed[rh] != 0;
         for (int d = 0; d < D; ++d) {
-          const float got = to_float(out.out[rh * D + d]);
-          row_nan = row_nan || std::isnan(got);
-          if (computed) stats.add(got, ref.out_hp[rh * D + d], ref.out_lp[rh * D + d]);
+          const bf16 bits = out.out[rh * D + d];
+          const float got = to_float(bits);
+          const bool unwritten = bits.bits == kBf16OutputPoisonBits;
+          row_unwritten = row_unwritten || unwritten;
+          row_nan = row_nan || (std::isnan(got) && !unwritten);
+          if (computed) {
+            stats.add(got, ref.out_hp[rh * D + d], ref.out_lp[rh * D + d]);
+            unwritten_elems += unwritten;
+          }
         }
       }
+      if (row_unwritten && unwritten_rows++ == 0) first_unwritten = i;
       if (row_nan) {
         ++nan_rows;
         if (first_nan < 0) first_nan = i;
@@ -39,16 +49,23 @@ void check_attention(const Batch& batch, const LayerShape& shape, int layer,
     }
     Figure f = stats.figure(layer, b, "out", tol);
     f.precision = kAttentionPrecision;
+    f.never_written = unwritten_elems;
     numeric.figures.push_back(f);
-    if (!f.pass)
-      numeric.fail(layer, b, fmt::format("stream {} (kv_len {}): attention output max_abs {:.3g} "
-                                         "over limit {:.3g} (rel_l2 {:.3g}, {} non-finite)",
-                                         b, st.kv_len, f.max_abs, f.limit, f.rel_l2, f.nonfinite));
+    if (unwritten_rows)
+      numeric.fail(layer, b, fmt::format("stream {} (kv_len {}): {} of {} attention output rows never written "
+                                         "(first token {}, position {}): they still hold the output poison "
+                                         "0x{:04x}, so no kernel stored them", b, st.kv_len, unwritten_rows,
+                                         st.count, first_unwritten, st.chunk_start + first_unwritten,
+                                         kBf16OutputPoisonBits));
+    if (!f.pass && (f.max_abs > f.limit || f.nonfinite > f.never_written))
+      numeric.fail(layer, b, fmt::format("stream {} (kv_len {}): attention output {}", b, st.kv_len,
+                                         numeric_verdict(f)));
     Figure c;
     c.layer = layer;
     c.stream = b;
-    c.what = "poisoned_rows";
-    c.nonfinite = nan_rows;
+    c.what = "out_rows";
+    c.read_poison = nan_rows;
+    c.never_written = unwritten_rows;
     c.elements = st.count;
     c.pass = nan_rows == 0;
     causal.figures.push_back(c);
@@ -68,7 +85,7 @@ void check_attention(const Batch& batch, const LayerShape& shape, int layer,
                         "kv_len {}, its table's guard entry, or a block it does not own",
                         p_first, p_last, st.kv_len);
     causal.fail(layer, b, fmt::format("stream {} (chunk_start {}, kv_len {}, {} blocks): {} of {} "
-                                      "output rows NaN; {}", b, st.chunk_start, st.kv_len,
+                                      "output rows NaN from poisoned KV; {}", b, st.chunk_start, st.kv_len,
                                       st.blocks.size(), nan_rows, st.count, why));
   }
 }

@@ -82,7 +82,7 @@ void check_kv_write(const Batch& batch, const LayerShape& shape, int layer,
     f.layer = layer;
     f.stream = b;
     f.what = "kv_slots";
-    f.nonfinite = wrong[b];
+    f.mismatched = wrong[b];
     f.elements = batch.streams[b].kv_len;
     f.pass = wrong[b] == 0;
     r.figures.push_back(f);
@@ -91,7 +91,7 @@ void check_kv_write(const Batch& batch, const LayerShape& shape, int layer,
     Figure f;
     f.layer = layer;
     f.what = "unowned_slots";
-    f.nonfinite = wrong_unowned;
+    f.mismatched = wrong_unowned;
     f.pass = false;
     r.figures.push_back(f);
   }

@@ -9,6 +9,7 @@ namespace pb {
 
 // Check names, as in DESIGN.md, the report and --checks.
 constexpr const char* kCheckLayout = "layout";
+constexpr const char* kCheckMetadata = "metadata";
 constexpr const char* kCheckScratchGuard = "scratch_guard";
 constexpr const char* kCheckNumeric = "numeric";
 constexpr const char* kCheckCausalBound = "causal_bound";
@@ -33,11 +34,21 @@ struct Figure {
   double rel_l2 = 0;         // ||backend - ref_hp|| / ||ref_hp||
   double lowp_max_abs = 0;   // max |ref_lp - ref_hp|: the same-precision drift
   double limit = 0;          // the tolerance max_abs must stay under
-  long long nonfinite = 0;   // NaN/Inf where the reference is finite
-  long long elements = 0;    // elements compared
-  std::string precision;     // numeric figures: the arithmetic the lp reference (and so the limit) models
+  // Counts, each out of `elements` (values, rows, slots or entries: `what` says which).
+  long long nonfinite = 0;      // NaN/Inf where the reference is finite
+  long long mismatched = 0;     // compared and wrong (finite but wrong values, wrong entries)
+  long long never_written = 0;  // output rows still holding the output poison bits
+  long long read_poison = 0;    // output rows NaN from poisoned KV (not the output poison)
+  long long elements = 0;       // what was compared
+  std::string precision;        // numeric figures: the arithmetic the lp reference (and so the limit) models
   bool pass = true;
 };
+
+// The figure's non-zero counts, each named, over what they count: "764 mismatched
+// of 768", "12 never written, 12 nonfinite of 1536"; "" when every count is 0.
+std::string figure_counts(const Figure& f);
+// Any count of the figure is non-zero.
+bool has_counts(const Figure& f);
 
 struct CheckResult {
   std::string name;

@@ -20,9 +20,20 @@ namespace pb {
 void check_layout(const Batch& batch, bool mrope, const StagedImage& img, uint64_t scratch_base,
                   CheckResult& r);
 
+// metadata: every staged array decoded from the read-back scratch and arena at
+// the metadata's addresses (positions T/H/W, slots, block_table_ptrs and the
+// tables they point to, guard entries, seq_len_ptrs and their values,
+// cu_seqlens, kv_lens), the host copies and the scalars, against the truth.
+// Findings name the field, stream and element; no address is read outside the buffers.
+void check_metadata(const Batch& batch, const BatchedAttnMetadata& meta, const std::vector<uint8_t>& scratch,
+                    uint64_t scratch_base, const std::vector<uint8_t>& arena, uint64_t arena_base,
+                    CheckResult& r);
+
 // scratch_guard: the scratch buffer read back after a layer equals `expected`
-// (canaries, live metadata, the layer's h_state_ptrs at off + true staged_bytes)
-// and the table arena is unchanged; names the region whose bytes changed.
+// (expected_scratch_image: canaries, the metadata from the truth, the layer's
+// h_state_ptrs at off + true staged_bytes) and the table arena equals the truth's
+// (expected_arena_image); names the region whose bytes differ and whether the
+// staged image (`img`) already held them (staged wrong) or the layer changed them.
 void check_scratch_guard(const Batch& batch, bool mrope, const StagedImage& img,
                          const std::vector<uint8_t>& expected_scratch,
                          const std::vector<uint8_t>& scratch, const std::vector<uint8_t>& arena,
@@ -31,6 +42,14 @@ void check_scratch_guard(const Batch& batch, bool mrope, const StagedImage& img,
 // positions: T/H/W read at the staged addresses equal the truth per token.
 void check_positions(const Batch& batch, bool mrope, const StagedImage& img,
                      const std::vector<uint8_t>& scratch, uint64_t scratch_base, CheckResult& r);
+
+// positions, as applied: the roped k each attention layer stored at a token's
+// own slot, split by RoPE section (T, H, W under MRoPE; T alone without), against
+// the rotation by that section's positions. Names the section whose positions are
+// wrong and which positions it matches instead. Tokens whose slot does not hold
+// their v are left to kv_write.
+void check_rope_sections(const Batch& batch, const LayerShape& shape, int layer, const LayerOutputs& out,
+                         CheckResult& r);
 
 // numeric (attention output) and causal_bound (NaN poison reached a stream's
 // output). `staged_kv_lens` (what the kernel was given, read back from scratch;

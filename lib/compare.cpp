@@ -129,6 +129,9 @@ CheckResult read_check(const DocReader& rd, const json& c, const std::string& w)
     f.lowp_max_abs = rd.real(j, fw, "lowp_max_abs");
     f.limit = rd.real(j, fw, "limit");
     f.nonfinite = rd.integer(j, fw, "nonfinite");
+    f.mismatched = rd.integer(j, fw, "mismatched");
+    f.never_written = rd.integer(j, fw, "never_written");
+    f.read_poison = rd.integer(j, fw, "read_poison");
     f.elements = rd.integer(j, fw, "elements");
     f.pass = rd.boolean(j, fw, "pass");
     out.figures.push_back(f);

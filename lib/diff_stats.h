@@ -3,8 +3,11 @@
 // same-precision drift the tolerance is built from) and non-finite outputs
 // where the reference is finite.
 #pragma once
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "check_result.h"
 #include "scenario.h"
@@ -46,5 +49,16 @@ class DiffStats {
   double max_abs_ = 0, err2_ = 0, ref2_ = 0, lowp_ = 0;
   long long nonfinite_ = 0, elements_ = 0;
 };
+
+// What failed in a numeric figure: "max_abs 0.02 over limit 0.005 (rel_l2 ...)",
+// or, when the finite values are within the limit, "12 nonfinite of 256 where the
+// reference is finite (finite max_abs 1e-3 within limit 5e-3)".
+inline std::string numeric_verdict(const Figure& f) {
+  if (f.max_abs > f.limit)
+    return fmt::format("max_abs {:.3g} over limit {:.3g} (rel_l2 {:.3g}{}{})", f.max_abs, f.limit, f.rel_l2,
+                       has_counts(f) ? "; " : "", figure_counts(f));
+  return fmt::format("{} where the reference is finite (finite max_abs {:.3g} within limit {:.3g})",
+                     figure_counts(f), f.max_abs, f.limit);
+}
 
 }  // namespace pb

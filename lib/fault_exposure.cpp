@@ -2,17 +2,27 @@
 // conv-state-bleed corrupts only the conv window of a stream's first d_conv-1
 // tokens; the recurrence then scales that error by the stream's cumulative
 // decay exp(sum g), so it reaches the final h_state only where some later
-// stream's decay leaves more than kBleedVisible of it.
+// stream's decay leaves more than kBleedVisible of it. mrope-section-swap shows
+// only where an image token's H and W positions differ enough on an H or W
+// frequency (a low-frequency section under a large rope_theta hides it).
 #include "fault_exposure.h"
 
 #include <algorithm>
 #include <cmath>
+
+#include <fmt/format.h>
+
+#include "backend.h"
+#include "reference/reference.h"
 
 namespace pb {
 
 namespace {
 
 constexpr double kBleedVisible = 1e-2;
+// A rotation change of this many radians moves a roped key well past the
+// positions check's 2-ulp bf16 tolerance.
+constexpr double kSwapVisible = 0.1;
 
 bool has(const Scenario& s, LayerKind k) { return std::count(s.layers.begin(), s.layers.end(), k) > 0; }
 
@@ -30,6 +40,24 @@ double best_bleed_survival(const Scenario& s, const Batch& batch) {
         best = std::max(best, std::exp(sum));
       }
     }
+  }
+  return best;
+}
+
+// The largest rotation change (radians, folded into [0, pi]) that swapping the
+// H and W positions makes on any token at any frequency of the H or W section.
+double best_swap_angle(const Scenario& s, const Batch& batch) {
+  const LayerShape shape = layer_shape(s, batch);
+  const int half = shape.rotary_dim / 2;
+  double best = 0;
+  for (int i = 0; i < half; ++i) {
+    if (rope_section(shape, i) == 0) continue;
+    const double inv = std::pow(static_cast<double>(shape.rope_theta), -2.0 * i / shape.rotary_dim);
+    for (const StreamTruth& st : batch.streams)
+      for (int t = 0; t < st.count; ++t) {
+        const double d = std::fmod(std::abs(double(st.pos_h[t]) - double(st.pos_w[t])) * inv, 2 * M_PI);
+        best = std::max(best, std::min(d, 2 * M_PI - d));
+      }
   }
   return best;
 }
@@ -79,6 +107,22 @@ Exposure fault_exposure(Fault f, const Scenario& s, const Batch& batch) {
     case Fault::h_state_ptr_swap:
       if (!gdn) return no("no gdn layer");
       return N >= 2 ? Exposure{} : no("one stream: there is no second pointer to swap with");
+    case Fault::seq_len_ptr_stride:
+      return N >= 2 ? Exposure{} : no("one stream: its pointer is right whatever the stride");
+    case Fault::table_guard_last_block:
+      return Exposure{};
+    case Fault::mrope_section_swap: {
+      if (!attn) return no("no attention layer applies RoPE");
+      if (!s.model.mrope.enabled) return no("no MRoPE: there are no H and W sections to swap");
+      const double angle = best_swap_angle(s, batch);
+      if (angle < kSwapVisible)
+        return no(fmt::format("no image token's H and W positions differ enough on a frequency of the H or W "
+                              "section to move its rotation past bf16 rounding (largest angle {:.3g} rad)",
+                              angle));
+      return Exposure{};
+    }
+    case Fault::grid_short_by_one:
+      return Exposure{};
   }
   return Exposure{};
 }

@@ -37,11 +37,29 @@ const std::vector<FaultInfo>& all_faults() {
       {Fault::h_state_ptr_swap, "h-state-ptr-swap", kCheckState,
        "Exchanges the h_state pointers of streams 0 and 1, so each stream's recurrent state is read "
        "from and written to the other's storage (a mis-ordered per-stream state pointer array)."},
+      {Fault::seq_len_ptr_stride, "seq-len-ptr-stride", kCheckMetadata,
+       "Stages seq_len_ptrs with a 4-byte stride while the seq_len values sit 8 bytes apart, so every "
+       "stream but the first points at the wrong word (sizeof(int32_t) where the slot size belongs). "
+       "No kernel reads seq_len_ptrs today: only the metadata check can see it."},
+      {Fault::table_guard_last_block, "table-guard-last-block", kCheckMetadata,
+       "Pads each block table's guard entry with the stream's last block id instead of the poison "
+       "block (repeat-last padding), so a kernel reading one entry past its table reads live KV "
+       "instead of poison and the causal bound check goes blind."},
+      {Fault::mrope_section_swap, "mrope-section-swap", kCheckPositions,
+       "Gives the RoPE kernel the W positions for the H section and the H positions for the W "
+       "section (a section table indexing the wrong positions array); the staged arrays are right, "
+       "so the positions check must name the section from the roped keys."},
+      {Fault::grid_short_by_one, "grid-short-by-one", kCheckNumeric,
+       "Runs the attention and gdn kernels over batch_size - 1 streams, so the last stream's output "
+       "rows are never written (a grid sized from a count that leaves out the last stream). Host "
+       "backend only."},
   };
   return faults;
 }
 
 const FaultInfo& fault_info(Fault f) { return all_faults().at(static_cast<size_t>(f)); }
+
+bool host_backend_only(Fault f) { return f == Fault::grid_short_by_one; }
 
 Fault parse_fault(const std::string& name) {
   std::string known;

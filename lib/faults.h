@@ -16,6 +16,10 @@ enum class Fault {
   mrope_hw_alias,           // staging: H and W positions alias T even for image tokens
   conv_state_bleed,         // backend: conv1d window reads the previous stream's tokens
   h_state_ptr_swap,         // caller: streams 0 and 1 exchange h_state pointers
+  seq_len_ptr_stride,       // staging: seq_len_ptrs advance 4 bytes per stream, the values sit 8 apart
+  table_guard_last_block,   // staging: each table's guard entry repeats its last block, not poison
+  mrope_section_swap,       // caller: the kernel reads H positions for the W section and W for H
+  grid_short_by_one,        // host backend: attention and gdn cover batch_size - 1 streams
 };
 
 struct FaultInfo {
@@ -27,6 +31,8 @@ struct FaultInfo {
 
 const std::vector<FaultInfo>& all_faults();
 const FaultInfo& fault_info(Fault f);
+// A fault only the host backend models (a kernel flag the CUDA kernels lack).
+bool host_backend_only(Fault f);
 // Throws InputError naming the known faults when `name` is not one.
 Fault parse_fault(const std::string& name);
 

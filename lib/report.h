@@ -13,7 +13,7 @@
 namespace pb {
 
 // Bumped on any change of the JSON layout; lib/report_schema.json holds it as a const.
-constexpr int kReportSchemaVersion = 1;
+constexpr int kReportSchemaVersion = 2;
 // The table never writes a line wider than this (colour codes not counted).
 constexpr int kReportWidth = 100;
 

@@ -78,6 +78,9 @@ json check_json(const CheckResult& c) {
                        {"lowp_max_abs", real(f.lowp_max_abs)},
                        {"limit", real(f.limit)},
                        {"nonfinite", f.nonfinite},
+                       {"mismatched", f.mismatched},
+                       {"never_written", f.never_written},
+                       {"read_poison", f.read_poison},
                        {"elements", f.elements},
                        {"pass", f.pass}});
   for (size_t i = 0; i < c.figures.size(); ++i)

@@ -125,12 +125,12 @@ void testcase(std::string& out, const RunResult& r, const CheckResult& c) {
   for (const Figure& f : c.figures) {
     if (f.pass) continue;
     // Error figures (numeric, state) carry a limit; count figures (poisoned rows, wrong slots) do not.
+    const std::string counts = has_counts(f) ? figure_counts(f) : fmt::format("0 wrong of {}", f.elements);
     if (f.limit > 0 || f.max_abs != 0)
-      body += fmt::format("figure {} {}: max_abs {:.3g}, limit {:.3g}, rel_l2 {:.3g}, {} non-finite of {}\n",
-                          where(f.layer, f.stream), f.what, f.max_abs, f.limit, f.rel_l2, f.nonfinite, f.elements);
+      body += fmt::format("figure {} {}: max_abs {:.3g}, limit {:.3g}, rel_l2 {:.3g}, {}\n",
+                          where(f.layer, f.stream), f.what, f.max_abs, f.limit, f.rel_l2, counts);
     else
-      body += fmt::format("figure {} {}: {} of {} wrong\n", where(f.layer, f.stream), f.what, f.nonfinite,
-                          f.elements);
+      body += fmt::format("figure {} {}: {}\n", where(f.layer, f.stream), f.what, counts);
   }
   out += fmt::format(">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>\n",
                      attr(shorten(message, kMessageChars)), attr(c.name), text(body));

@@ -165,7 +165,7 @@ void wrapped_items(std::string& out, const std::string& head, size_t head_width,
 // One letter per check in the stream table.
 char check_letter(const std::string& name) {
   static const std::map<std::string, char> letters = {
-      {kCheckLayout, 'L'},  {kCheckScratchGuard, 'G'}, {kCheckNumeric, 'N'},
+      {kCheckLayout, 'L'},  {kCheckMetadata, 'M'}, {kCheckScratchGuard, 'G'}, {kCheckNumeric, 'N'},
       {kCheckCausalBound, 'C'}, {kCheckKvWrite, 'K'},  {kCheckState, 'S'},
       {kCheckPositions, 'P'},   {kCheckDeterminism, 'D'}};
   auto it = letters.find(name);
@@ -181,7 +181,7 @@ void take_worst(double& worst, double v) {
 
 // How close a figure came to (or how far past) its limit; NaN/Inf/nonfinite are infinite.
 double badness(const Figure& f) {
-  if (!std::isfinite(f.max_abs) || f.nonfinite > 0) return std::numeric_limits<double>::infinity();
+  if (!std::isfinite(f.max_abs) || has_counts(f)) return std::numeric_limits<double>::infinity();
   if (f.limit > 0) return f.max_abs / f.limit;
   return f.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0;
 }
@@ -197,15 +197,21 @@ bool worse(const Figure& a, const Figure& b) {
 std::vector<std::string> figure_items(const Figure& f) {
   std::string at = where(f.layer, f.stream);
   if (!f.what.empty()) at += (at.empty() ? "" : " ") + f.what;
-  std::vector<std::string> items = {"worst " + at + ":", "max_abs " + num(f.max_abs)};
+  std::vector<std::string> items = {"worst " + at + ":"};
+  // A count figure (wrong slots, entries, rows) has no error to show, only its counts.
+  if (f.limit == 0 && f.lowp_max_abs == 0 && f.max_abs == 0 && f.rel_l2 == 0) {
+    items.push_back(has_counts(f) ? figure_counts(f) : fmt::format("0 wrong of {}", f.elements));
+    return items;
+  }
+  items.push_back("max_abs " + num(f.max_abs));
   if (f.limit > 0 || f.lowp_max_abs > 0)
     items.push_back(fmt::format("(limit {}, lowp {}),", num(f.limit), num(f.lowp_max_abs)));
   else
     items.back() += ",";
   items.push_back("rel_l2 " + num(f.rel_l2));
-  if (f.nonfinite > 0) {
+  if (has_counts(f)) {
     items.back() += ",";
-    items.push_back(fmt::format("{} nonfinite of {}", f.nonfinite, f.elements));
+    items.push_back(figure_counts(f));
   }
   return items;
 }

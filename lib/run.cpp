@@ -15,6 +15,7 @@
 #include <map>
 
 #include "checks.h"
+#include "expected_scratch.h"
 #include "trace.h"
 #include "work_counts.h"
 
@@ -192,6 +193,9 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     TraceRange r("checks");
     const std::vector<uint8_t> scratch = backend->read_scratch();
     if (on(kCheckLayout)) check_layout(batch, mrope, img, backend->scratch_base(), checks[kCheckLayout]);
+    if (on(kCheckMetadata))
+      check_metadata(batch, img.meta, scratch, backend->scratch_base(), backend->read_arena(),
+                     backend->arena_base(), checks[kCheckMetadata]);
     if (on(kCheckPositions))
       check_positions(batch, mrope, img, scratch, backend->scratch_base(), checks[kCheckPositions]);
     const uint64_t at = img.meta.kv_lens - backend->scratch_base();
@@ -208,9 +212,17 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   const int host_warmup = host && opt.warmup < 0 ? 0 : warmup;
   const int runs = host_warmup + repeat;
 
-  // What the scratch must hold: the staged image, plus the current layer's
-  // h_state_ptrs at the TRUE off + staged_bytes.
-  std::vector<uint8_t> expected_scratch = img.scratch;
+  // What the kernels are given: the staged metadata, or under mrope-section-swap
+  // the H and W positions arrays exchanged (a kernel reading the wrong section's).
+  BatchedAttnMetadata kernel_meta = img.meta;
+  if (faults.has(Fault::mrope_section_swap))
+    std::swap(kernel_meta.positions_h_stacked, kernel_meta.positions_w_stacked);
+
+  // What the scratch must hold, built from the truth (never from the staged
+  // image): the metadata block, canaries, and the current layer's h_state_ptrs
+  // at the TRUE off + staged_bytes.
+  std::vector<uint8_t> expected_scratch =
+      expected_scratch_image(batch, mrope, true_plan.capacity, backend->arena_base());
   const size_t true_h = true_plan.h_state_ptrs;
 
   for (size_t l = 0; l < s.layers.size(); ++l) {
@@ -230,7 +242,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       progress.say(fmt::format("layer {}/{} run {}/{}", layer + 1, s.layers.size(), rep + 1, runs));
       backend->reset_layer(layer);
       if (!attn) backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
-      const std::vector<KernelTime> kt = backend->run_layer(layer, img.meta, backend->scratch_base() + img.plan.h_state_ptrs);
+      const std::vector<KernelTime> kt = backend->run_layer(layer, kernel_meta, backend->scratch_base() + img.plan.h_state_ptrs);
       if (rep >= host_warmup)
         for (const KernelTime& k : kt) times[k.kernel].push_back(k.ms);
       if (opt.profile) continue;
@@ -262,6 +274,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
         if (on(kCheckCausalBound)) checks[kCheckCausalBound] = causal;
       }
       if (on(kCheckKvWrite)) check_kv_write(batch, shape, layer, ref, first, checks[kCheckKvWrite]);
+      if (on(kCheckPositions)) check_rope_sections(batch, shape, layer, first, checks[kCheckPositions]);
     } else {
       const GdnReference ref = gdn_reference(batch, shape, layer, backend->gdn_precision());
       if (on(kCheckNumeric) || on(kCheckState)) {

@@ -54,7 +54,8 @@ StagedImage stage_batch(const Batch& batch, bool mrope, size_t capacity, uint64_
     const StreamTruth& st = batch.streams[b];
     size_t at = arena.table_offset[b];
     for (int32_t id : st.blocks) put(img.arena, (at += 4) - 4, id);
-    put(img.arena, at, static_cast<int32_t>(batch.poison_block));
+    const bool repeat_last = faults.has(Fault::table_guard_last_block) && !st.blocks.empty();
+    put(img.arena, at, static_cast<int32_t>(repeat_last ? st.blocks.back() : batch.poison_block));
     put(img.arena, at + 4, kCanary32);
     put(img.arena, arena.seq_len_offset[b], static_cast<int32_t>(st.kv_len));
   }
@@ -117,7 +118,8 @@ StagedImage stage_batch(const Batch& batch, bool mrope, size_t capacity, uint64_
   std::vector<uint64_t> table_ptr(N), seq_ptr(N);
   for (int b = 0; b < N; ++b) {
     table_ptr[b] = arena_base + arena.table_offset[b];
-    seq_ptr[b] = arena_base + arena.seq_len_offset[b];
+    seq_ptr[b] = faults.has(Fault::seq_len_ptr_stride) ? arena_base + arena.seq_len_offset[0] + 4 * b
+                                                        : arena_base + arena.seq_len_offset[b];
   }
   if (faults.has(Fault::block_table_swap) && N >= 2) std::swap(table_ptr[0], table_ptr[1]);
   for (int b = 0; b < N; ++b) {

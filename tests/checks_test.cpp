@@ -2,13 +2,16 @@
 // (a race is not something we can inject on purpose in a kernel, so the check
 // itself is shown to fail on a moving result and pass on a repeated one) and
 // the numeric rule's edges (NaN always fails; the limit tracks the
-// same-precision reference's own error).
+// same-precision reference's own error). Then the findings that tell bugs
+// apart: output never written vs poisoned KV read, counts named for what they
+// count, and the MRoPE section whose positions a kernel got wrong.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "lib/checks.h"
 #include "lib/diff_stats.h"
+#include "lib/run.h"
 
 namespace pb {
 namespace {
@@ -52,6 +55,135 @@ TEST(NumericRule, NanAlwaysFails) {
   const Figure f = d.figure(0, 0, "out", Tolerance{1e9, 1e9});
   EXPECT_EQ(f.nonfinite, 1);
   EXPECT_FALSE(f.pass);
+}
+
+std::string all(const CheckResult& r) {
+  std::string s;
+  for (const Finding& f : r.findings) s += f.message + "\n";
+  return s;
+}
+
+bool has(const CheckResult& r, const std::string& text) { return all(r).find(text) != std::string::npos; }
+
+RunResult run(const char* scenario, std::initializer_list<Fault> faults) {
+  RunOptions opt;
+  opt.backend = "host";
+  opt.repeat = 2;
+  for (Fault f : faults) opt.inject.add(f);
+  return run_scenario(load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/" + scenario + ".yaml"), opt);
+}
+
+TEST(OutputPoison, DiffersFromKvPoisonAndIsANaN) {
+  EXPECT_NE(kBf16OutputPoisonBits, kBf16PoisonBits);
+  EXPECT_TRUE(std::isnan(to_float(bf16{kBf16OutputPoisonBits})));
+  // A NaN computed from KV poison never comes out as the output poison.
+  EXPECT_NE(to_bf16(to_float(bf16{kBf16PoisonBits}) * 0.5f + 1.0f).bits, kBf16OutputPoisonBits);
+}
+
+TEST(OutputPoison, RowsNeverWrittenAreTheirOwnFindingNotPoisonedKv) {
+  const RunResult clean = run("smoke", {});
+  EXPECT_TRUE(clean.passed());
+  const RunResult r = run("smoke", {Fault::grid_short_by_one});
+  const CheckResult& numeric = *r.check(kCheckNumeric);
+  ASSERT_FALSE(numeric.passed);
+  EXPECT_TRUE(has(numeric, "stream 2 (kv_len 1): 1 of 1 attention output rows never written")) << all(numeric);
+  EXPECT_TRUE(has(numeric, "gdn output rows never written")) << all(numeric);
+  EXPECT_TRUE(has(numeric, "output poison 0x7fd3")) << all(numeric);
+  // Not a causal finding: nothing read poisoned KV.
+  EXPECT_TRUE(r.check(kCheckCausalBound)->passed) << all(*r.check(kCheckCausalBound));
+  bool counted = false;
+  for (const Figure& f : numeric.figures)
+    if (f.stream == 2 && f.layer == 0) {
+      EXPECT_EQ(f.never_written, f.elements);
+      EXPECT_EQ(figure_counts(f), fmt::format("{0} never written, {0} nonfinite of {0}", f.elements));
+      counted = true;
+    }
+  EXPECT_TRUE(counted);
+}
+
+TEST(OutputPoison, PoisonedKvReadIsCausalNotNeverWritten) {
+  const RunResult r = run("smoke", {Fault::kv_lens_max});
+  const CheckResult& causal = *r.check(kCheckCausalBound);
+  ASSERT_FALSE(causal.passed);
+  EXPECT_TRUE(has(causal, "output rows NaN from poisoned KV")) << all(causal);
+  EXPECT_FALSE(has(*r.check(kCheckNumeric), "never written")) << all(*r.check(kCheckNumeric));
+  for (const Figure& f : causal.figures) {
+    EXPECT_EQ(f.never_written, 0);
+    if (!f.pass) EXPECT_GT(f.read_poison, 0);
+  }
+}
+
+TEST(FigureCounts, NameWhatTheyCount) {
+  Figure f;
+  f.elements = 768;
+  EXPECT_EQ(figure_counts(f), "");
+  f.mismatched = 764;
+  EXPECT_EQ(figure_counts(f), "764 mismatched of 768");
+  f.mismatched = 0;
+  f.nonfinite = 12;
+  f.never_written = 12;
+  EXPECT_EQ(figure_counts(f), "12 never written, 12 nonfinite of 768");
+  // A wrong KV write is counted as mismatched slots, not as non-finite values.
+  const RunResult r = run("smoke", {Fault::slot_off_by_one});
+  long long mismatched = 0;
+  for (const Figure& k : r.check(kCheckKvWrite)->figures) {
+    EXPECT_EQ(k.nonfinite, 0) << k.what;
+    mismatched += k.mismatched;
+  }
+  EXPECT_GT(mismatched, 0);
+}
+
+TEST(RopeSections, SectionGivenTheWrongPositionsIsNamed) {
+  const RunResult clean = run("mrope-interleaved", {});
+  EXPECT_TRUE(clean.check(kCheckPositions)->passed) << all(*clean.check(kCheckPositions));
+  const RunResult r = run("mrope-interleaved", {Fault::mrope_section_swap});
+  const CheckResult& p = *r.check(kCheckPositions);
+  ASSERT_FALSE(p.passed);
+  EXPECT_TRUE(has(p, "the H section (rotary frequencies 1, 4, ..., 58, dims i and i + 64) of the roped keys "
+                     "uses wrong positions")) << all(p);
+  EXPECT_TRUE(has(p, "of them fit the W positions")) << all(p);
+  EXPECT_TRUE(has(p, "the W section (rotary frequencies 2, 5, ..., 59")) << all(p);
+  EXPECT_FALSE(has(p, "the T section")) << all(p);
+  // The staged arrays are right: the metadata check passes, so only the applied
+  // rotation shows where the bug is.
+  EXPECT_TRUE(r.check(kCheckMetadata)->passed) << all(*r.check(kCheckMetadata));
+}
+
+TEST(RopeSections, ContiguousSectionAndStagedAliasAreNamed) {
+  const RunResult r = run("mrope-image", {Fault::mrope_section_swap});
+  EXPECT_TRUE(has(*r.check(kCheckPositions), "the H section (rotary dims 16..39 and 80..103)"))
+      << all(*r.check(kCheckPositions));
+  // H/W staged as T on image tokens: the applied rotation fits the T positions.
+  const RunResult a = run("mrope-image", {Fault::mrope_hw_alias});
+  EXPECT_TRUE(has(*a.check(kCheckPositions), "of them fit the T positions")) << all(*a.check(kCheckPositions));
+}
+
+// Plain RoPE (one T section): keys stored with every position one too far, as a
+// kernel that rotates with the cache index + 1 would, against the same keys right.
+TEST(RopeSections, PlainRopeOffByOnePositionIsNamed) {
+  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml");
+  const Batch batch = generate_batch(s);
+  const LayerShape shape = layer_shape(s, batch);
+  const AttnReference good = attention_reference(batch, shape, 0, 1, s.seed);
+  LayerOutputs out;
+  out.k_cache = good.k_cache;
+  out.v_cache = good.v_cache;
+  CheckResult ok;
+  check_rope_sections(batch, shape, 0, out, ok);
+  EXPECT_TRUE(ok.passed) << all(ok);
+
+  Batch shifted = batch;
+  for (uint32_t& p : shifted.streams[1].pos_t) p += 1;
+  shifted.streams[1].pos_h = shifted.streams[1].pos_w = shifted.streams[1].pos_t;
+  out.k_cache = attention_reference(shifted, shape, 0, 1, s.seed).k_cache;
+  CheckResult r;
+  check_rope_sections(batch, shape, 0, out, r);
+  ASSERT_FALSE(r.passed);
+  EXPECT_EQ(r.findings[0].stream, 1);
+  EXPECT_TRUE(has(r, fmt::format("the T section (rotary dims 0..31 and 32..63) of the roped keys uses wrong "
+                                 "positions on {} of {}", batch.streams[1].count, batch.total_tokens)))
+      << all(r);
+  EXPECT_TRUE(has(r, "fit none of the token's T/H/W positions")) << all(r);
 }
 
 }  // namespace

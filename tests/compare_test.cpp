@@ -354,7 +354,7 @@ TEST(Compare, RefusesOtherSchemaVersionsAndMalformedJson) {
   nlohmann::json j = report_json({run()});
   j["schema_version"] = kReportSchemaVersion + 1;
   write_json(v2, j);
-  write_file(broken, "{\"schema_version\": 1, \"runs\": [");
+  write_file(broken, "{\"schema_version\": " + std::to_string(kReportSchemaVersion) + ", \"runs\": [");
   write_file(notreport, "[1, 2, 3]");
   nlohmann::json t = report_json({run()});
   t["runs"][0]["timings"][2]["median_ms"] = "fast";
@@ -369,9 +369,9 @@ TEST(Compare, RefusesOtherSchemaVersionsAndMalformedJson) {
     return "";
   };
   std::string m = message(good, v2);
-  EXPECT_TRUE(contains(m, good + " has schema_version 1, " + v2 + " has schema_version 2")) << m;
+  EXPECT_TRUE(contains(m, fmt::format("{} has schema_version {}, {} has schema_version {}", good, kReportSchemaVersion, v2, kReportSchemaVersion + 1))) << m;
   m = message(v2, v2);
-  EXPECT_TRUE(contains(m, v2 + ": $.schema_version: schema_version 2, but this prefill-bench reads schema_version 1"))
+  EXPECT_TRUE(contains(m, fmt::format("{}: $.schema_version: schema_version {}, but this prefill-bench reads schema_version {}", v2, kReportSchemaVersion + 1, kReportSchemaVersion)))
       << m;
   m = message(good, broken);
   EXPECT_TRUE(contains(m, broken + ": malformed JSON: parse error")) << m;

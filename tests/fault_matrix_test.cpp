@@ -56,6 +56,8 @@ TEST_P(FaultMatrix, NamedCheckTrips) {
   if (c.backend == "cuda") {
     std::string why;
     if (!make_cuda_backend(FaultSet{}, &why)) GTEST_SKIP() << "skipped: no CUDA device (" << why << ")";
+    if (host_backend_only(c.fault))
+      GTEST_SKIP() << fault_info(c.fault).name << " is a host backend fault: the CUDA kernels have no such flag";
   }
   const Scenario s = load_scenario(c.scenario);
   const FaultInfo& info = fault_info(c.fault);

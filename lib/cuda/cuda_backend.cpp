@@ -286,13 +286,13 @@ class CudaBackend final : public Backend {
     if (L.kind == LayerKind::attn) {
       PB_CUDA(cudaMemcpyAsync(L.k_cache.get(), L.k_cache0.get(), L.k_cache0.bytes(), cudaMemcpyDeviceToDevice, stream_));
       PB_CUDA(cudaMemcpyAsync(L.v_cache.get(), L.v_cache0.get(), L.v_cache0.bytes(), cudaMemcpyDeviceToDevice, stream_));
-      poison(L.out);
+      poison(L.out, kBf16OutputPoisonBits);
       poison(L.q_rot);
       poison(L.k_rot);
     } else {
       PB_CUDA(cudaMemcpyAsync(L.h_state.get(), L.h0.get(), L.h0.bytes(), cudaMemcpyDeviceToDevice, stream_));
       PB_CUDA(cudaMemcpyAsync(L.conv_state.get(), L.conv0.get(), L.conv0.bytes(), cudaMemcpyDeviceToDevice, stream_));
-      poison(L.out);
+      poison(L.out, kBf16OutputPoisonBits);
       poison(L.conv_out);
     }
     PB_CUDA(cudaStreamSynchronize(stream_));
@@ -402,8 +402,8 @@ class CudaBackend final : public Backend {
   }
   const LayerBuffers& at(int layer) const { return const_cast<CudaBackend*>(this)->at(layer); }
 
-  void poison(const DeviceBuffer& d) {
-    PB_CUDA(kernels::launch_fill_u16(stream_, d.get(), d.bytes() / 2, kBf16PoisonBits));
+  void poison(const DeviceBuffer& d, uint16_t bits = kBf16PoisonBits) {
+    PB_CUDA(kernels::launch_fill_u16(stream_, d.get(), d.bytes() / 2, bits));
   }
 
   // Launches one kernel between its two events, inside its NVTX range.
