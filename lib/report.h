@@ -13,7 +13,9 @@
 namespace pb {
 
 // Bumped on any change of the JSON layout; lib/report_schema.json holds it as a const.
-constexpr int kReportSchemaVersion = 1;
+// 2: "verdict" (passed|failed|not_checked|error) beside "passed" on each run and the
+// report, "error" on each run; "passed" is true only for the verdict passed.
+constexpr int kReportSchemaVersion = 2;
 // The table never writes a line wider than this (colour codes not counted).
 constexpr int kReportWidth = 100;
 
