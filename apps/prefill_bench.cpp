@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, kMaxWarmup));
   run->add_option("--repeat", opt.repeat, "timed runs per layer (default: the scenario's; host: 2)")
       ->check(CLI::Range(1, kMaxRepeat));
-  run->add_flag("--profile", opt.profile, "one warm iteration per layer, no checks (a clean timeline)");
+  run->add_flag("--profile", opt.profile, "one warm iteration per layer, no checks (a clean timeline); verdict: not checked, exit 0");
   run->add_flag("--no-color", no_color, "no colour in the table");
   limit_flags.add(run);
 

@@ -640,14 +640,14 @@ void Reader::read_run(const YAML::Node& v, Mark mark) {
 void Reader::read_checks(const YAML::Node& v, Mark mark) {
   const auto names = list(v, "checks", mark);
   const std::vector<std::string>& known = all_check_names();
-  for (size_t i = 0; i < names.size(); ++i) {
+  for (size_t i = 0; i < names.size(); ++i) guard([&] {
     const std::string c = string(names[i].first, item("checks", i), names[i].second, false);
     if (std::find(known.begin(), known.end(), c) == known.end())
       fail(names[i].second, item("checks", i), unknown_name("check", c, known));
     if (std::find(s_.checks.begin(), s_.checks.end(), c) != s_.checks.end())
       fail(names[i].second, item("checks", i), "check '" + c + "' listed twice");
     s_.checks.push_back(c);
-  }
+  });
 }
 
 void Reader::read_faults(const YAML::Node& v, Mark mark) {

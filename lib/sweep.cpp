@@ -520,6 +520,11 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
     if (opt.run.ref_sample) run_args.insert(run_args.end(), {"--ref-sample", std::to_string(*opt.run.ref_sample)});
     for (const FaultInfo& f : all_faults())
       if (opt.run.inject.has(f.fault)) run_args.insert(run_args.end(), {"--inject", f.name});
+    // The ceilings the points were validated against hold when they run.
+    if (opt.limits.max_memory_bytes)
+      run_args.insert(run_args.end(), {"--max-memory", fmt::format("{}", *opt.limits.max_memory_bytes / 1e9)});
+    if (opt.limits.max_ref_flops)
+      run_args.insert(run_args.end(), {"--max-ref-gflop", fmt::format("{}", *opt.limits.max_ref_flops / 1e9)});
     // CTest hands the test its GPU as CTEST_RESOURCE_GROUP_0_GPUS="id:3,slots:1";
     // the device it sees is then that one alone (in nvidia-smi's PCI order).
     const std::string pick_gpu =
