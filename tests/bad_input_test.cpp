@@ -278,6 +278,23 @@ TEST_F(BadInput, TheBaseScenarioAndGoodFlagsPass) {
   EXPECT_NE(out.find("determinism"), std::string::npos) << out;
   EXPECT_EQ(out.find("one run per layer"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(dir_ + "/ok.json"));
+  // An output under directories that do not exist yet is fine (they are made) ...
+  out.clear();
+  EXPECT_EQ(test::run_command(fmt::format("'{}' run '{}' --backend host --no-color --json '{}/new/sub/r.json'",
+                                          PB_CLI_PATH, file, dir_),
+                              &out),
+            0)
+      << out;
+  EXPECT_TRUE(fs::exists(dir_ + "/new/sub/r.json"));
+  // ... and a run refused after the probe leaves no file behind.
+  out.clear();
+  EXPECT_EQ(test::run_command(fmt::format("'{}' run '{}' /dev/zero --backend host --json '{}/probe.json' "
+                                          "--junit '{}/probe.xml'", PB_CLI_PATH, file, dir_, dir_),
+                              &out),
+            2)
+      << out;
+  EXPECT_FALSE(fs::exists(dir_ + "/probe.json"));
+  EXPECT_FALSE(fs::exists(dir_ + "/probe.xml"));
   out.clear();
   EXPECT_EQ(test::run_command(fmt::format("'{}' compare '{}/checked.json' '{}/checked.json'", PB_CLI_PATH, dir_, dir_),
                               &out),
