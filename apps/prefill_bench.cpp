@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -65,6 +66,10 @@ struct LimitFlags {
         ->check(CLI::Range(1e-6, 1e12));
   }
   pb::ResourceLimits limits(const std::string& backend, std::optional<int> ref_sample) const {
+    // CLI::Range lets NaN through (every comparison with it is false): refused here.
+    for (const auto& [flag, v] : {std::pair{"--max-memory", memory_gb}, std::pair{"--max-ref-gflop", ref_gflop}})
+      if (v && !(std::isfinite(*v) && *v > 0))
+        throw pb::InputError(fmt::format("{}: expected a finite positive number, found {}", flag, *v));
     pb::ResourceLimits l;
     if (memory_gb) l.max_memory_bytes = *memory_gb * 1e9;
     if (ref_gflop) l.max_ref_flops = *ref_gflop * 1e9;

@@ -195,6 +195,10 @@ std::vector<Row> rows() {
       {"sweep_repeat_zero", "r.yaml", g, "sweep {f} --grid scale=1 --out {dir}/sweep-r --repeat 0", 2, {"--repeat"}},
       {"backend_unknown", "r.yaml", g, "run {f} --backend gpu", 2, {"--backend"}},
       {"max_memory_zero", "r.yaml", g, "run {f} --backend host --max-memory 0", 2, {"--max-memory"}},
+      {"max_memory_nan", "r.yaml", g, "validate {f} --max-memory nan", 2,
+       {"--max-memory: expected a finite positive number, found nan"}},
+      {"max_ref_gflop_nan", "r.yaml", g, "run {f} --backend host --max-ref-gflop nan", 2,
+       {"--max-ref-gflop: expected a finite positive number, found nan"}},
       {"no_subcommand", "", "", "", 2, {"A subcommand is required"}},
       {"unknown_fault", "r.yaml", g, "run {f} --backend host --inject no-such-bug", 2, {"unknown fault 'no-such-bug'"}},
       // ---- output paths, checked before the run ----
