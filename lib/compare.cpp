@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -27,6 +28,8 @@ namespace {
 using nlohmann::json;
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr uintmax_t kMaxReportBytes = uintmax_t(1) << 30;  // a report of many runs is megabytes
+namespace fs = std::filesystem;
 
 // ---- reading a report back ----
 
@@ -222,6 +225,13 @@ int schema_version_of(const json& doc, const std::string& path) {
 }
 
 json read_json_file(const std::string& path) {
+  // stat first: a FIFO would block and /dev/zero never ends.
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+    throw InputError(path + ": not a regular file; a report is a JSON file");
+  if (!ec && fs::is_regular_file(st) && fs::file_size(path, ec) > kMaxReportBytes && !ec)
+    throw InputError(fmt::format("{}: larger than {} bytes; not a prefill-bench report", path, kMaxReportBytes));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open the report (missing or unreadable)");
   std::ostringstream text;

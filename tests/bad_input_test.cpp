@@ -231,6 +231,7 @@ std::vector<Row> rows() {
        {"{dir}/empty.json: $.runs: the report holds no run"}},
       {"compare_new_ran_no_check", "", "", "compare {dir}/checked.json {dir}/profile.json", 2,
        {"{dir}/profile.json: no check ran in any of its 1 runs"}},
+      {"compare_dev_zero", "", "", "compare {dir}/checked.json /dev/zero", 2, {"/dev/zero: not a regular file"}},
       {"compare_nothing_in_common", "", "", "compare {dir}/checked.json {dir}/other.json", 2,
        {"have no scenario in common"}},
   };
