@@ -21,6 +21,7 @@
 #include "lib/report.h"
 #include "lib/report_junit.h"
 #include "lib/run.h"
+#include "lib/run_suite.h"
 #include "lib/scenario.h"
 #include "lib/stage_report.h"
 #include "lib/sweep.h"
@@ -218,26 +219,9 @@ int main(int argc, char** argv) {
       opt.inject = parse_faults(inject);
       opt.progress = true;
       const std::vector<pb::Scenario> scenarios = load_all(files, limit_flags.limits(opt.backend, opt.ref_sample));
-      std::vector<pb::RunResult> results;
-      int stop_code = 0;  // a scenario stopped on an error: what is done is still reported
-      for (const pb::Scenario& s : scenarios) {
-        try {
-          results.push_back(pb::run_scenario(s, opt));
-        } catch (const std::exception& e) {
-          const bool input = dynamic_cast<const pb::InputError*>(&e) != nullptr;
-          const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
-          pb::RunResult r;
-          r.scenario_path = s.path;
-          r.scenario_name = s.name;
-          r.seed = s.seed;
-          r.backend = opt.backend;
-          r.error = oom ? std::string("out of memory (std::bad_alloc)") : std::string(e.what());
-          results.push_back(std::move(r));
-          fmt::print(stderr, "error: {}: {}\n", s.path, results.back().error);
-          stop_code = input ? kExitBadInput : pb::kExitInternal;
-          break;
-        }
-      }
+      const pb::SuiteResult suite = pb::run_suite(scenarios, opt);
+      const std::vector<pb::RunResult>& results = suite.runs;
+      const int stop_code = suite.stop_code;
       fmt::print("{}", pb::format_table(results, !no_color && isatty(1)));
       try {
         if (!json_path.empty()) pb::write_json(json_path, pb::report_json(results));
