@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -27,6 +28,8 @@ namespace {
 using nlohmann::json;
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr uintmax_t kMaxReportBytes = uintmax_t(1) << 30;  // a report of many runs is megabytes
+namespace fs = std::filesystem;
 
 // ---- reading a report back ----
 
@@ -211,6 +214,7 @@ RunResult read_run(const DocReader& rd, const json& r, const std::string& w) {
   const json& timings = rd.array(r, w, "timings");
   for (size_t i = 0; i < timings.size(); ++i) out.timings.push_back(read_timing(rd, timings[i], at(w + ".timings", i)));
   out.wall_s = rd.real(r, w, "wall_s");
+  out.error = rd.str(r, w, "error");
   return out;
 }
 
@@ -224,6 +228,13 @@ int schema_version_of(const json& doc, const std::string& path) {
 }
 
 json read_json_file(const std::string& path) {
+  // stat first: a FIFO would block and /dev/zero never ends.
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+    throw InputError(path + ": not a regular file; a report is a JSON file");
+  if (!ec && fs::is_regular_file(st) && fs::file_size(path, ec) > kMaxReportBytes && !ec)
+    throw InputError(fmt::format("{}: larger than {} bytes; not a prefill-bench report", path, kMaxReportBytes));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open the report (missing or unreadable)");
   std::ostringstream text;
@@ -308,7 +319,7 @@ std::string scenario_label(const std::string& name, const std::string& backend) 
 
 std::string kernel_label(const KernelDelta& k) { return fmt::format("L{} {}", k.layer, k.kernel); }
 
-std::string spread_text(const KernelTiming& t) { return ms(t.min_ms) + ".." + ms(t.q3_ms); }
+std::string spread_text(const KernelTiming& t) { return ms(t.min_ms) + ".." + ms(t.max_ms); }
 
 CheckDelta compare_check(const CheckResult* b, const CheckResult* n, const CompareOptions& o) {
   CheckDelta d;
@@ -396,6 +407,10 @@ void compare_run(const RunResult* b, const RunResult* n, const CompareOptions& o
   if (b) d.base_passed = b->passed();
   if (n) d.new_passed = n->passed();
   if (!b || !n) return;
+  if (!n->error.empty()) {
+    d.vanished_regression = true;
+    res.regressions.push_back(fmt::format("{}: NEW stopped on an error: {}", label, n->error));
+  }
   d.notes = differences(*b, *n);
 
   std::vector<std::string> names;
@@ -404,9 +419,14 @@ void compare_run(const RunResult* b, const RunResult* n, const CompareOptions& o
     if (!b->check(c.name)) names.push_back(c.name);
   for (const std::string& name : names) {
     CheckDelta c = compare_check(b->check(name), n->check(name), o);
-    if (c.in_base && c.in_new && c.base_ran && !c.new_ran)
-      res.warnings.push_back(fmt::format("{}: check {} ran in BASE but not in NEW ({})", label, name,
-                                         c.new_why.empty() ? "no reason given" : c.new_why));
+    if (c.in_base && c.base_ran && !(c.in_new && c.new_ran)) {
+      // A check that stopped running proves less than before: a regression, not a warning.
+      c.regressed = true;
+      c.verdict = c.in_new ? "REGRESSED (not run in NEW)" : "REGRESSED (missing from NEW)";
+      res.regressions.push_back(fmt::format("{}: check {} ran in BASE but not in NEW ({})", label, name,
+                                            !c.in_new ? "missing from the report"
+                                            : c.new_why.empty() ? "no reason given" : c.new_why));
+    }
     if (c.regressed) {
       if (c.base_passed && c.new_ran && !c.new_passed) {
         std::string line = fmt::format("{}: check {}: PASS -> FAIL", label, name);
@@ -443,7 +463,11 @@ void compare_run(const RunResult* b, const RunResult* n, const CompareOptions& o
       k.in_new = true;
       k.next = *it->second;
       k.verdict = judge_time(k.base, k.next, o, &k.delta);
-      if (k.verdict == TimeVerdict::slow)
+      k.gated = o.gate_host_time || (b->backend != "host" && n->backend != "host");
+      if (k.verdict == TimeVerdict::slow && !k.gated)
+        d.notes.push_back(fmt::format("{}: SLOW {}: host timing, not gated (--gate-host-time gates it)",
+                                      kernel_label(k), percent(k.delta)));
+      if (k.verdict == TimeVerdict::slow && k.gated)
         res.regressions.push_back(fmt::format(
             "{}: {}: SLOW {} (median {} -> {} ms; spreads {} and {} ms apart)", label,
             kernel_label(k), percent(k.delta), ms(k.base.median_ms), ms(k.next.median_ms),
@@ -542,7 +566,7 @@ std::string check_state(bool present, bool ran, bool passed) {
 void format_scenario(std::string& out, const ScenarioDelta& s, bool color) {
   const std::string label = scenario_label(s.name, s.backend);
   if (!s.in_base || !s.in_new) {
-    const std::string what = s.in_base ? "only in BASE (vanished from NEW: a warning)"
+    const std::string what = s.in_base ? "only in BASE (vanished from NEW: REGRESSED)"
                                        : "only in NEW";
     wrap(out, "", label + ": " + paint(color, what, "33"), 4);
     out += "\n";
@@ -590,10 +614,11 @@ void format_scenario(std::string& out, const ScenarioDelta& s, bool color) {
       return n.size() == 1 ? fmt::format("n={}", *n.begin()) : "n varies";
     };
     out += fmt::format("  {:<14}{:>7} {:<15} {:>7} {:<15} {:>7}  {}\n", "kernel", "BASE ms",
-                       "min..q3 " + samples(true), "NEW ms", "min..q3 " + samples(false), "delta",
+                       "min..max " + samples(true), "NEW ms", "min..max " + samples(false), "delta",
                        "verdict");
     for (const KernelDelta& k : s.kernels) {
       std::string verdict = time_verdict_text(k.verdict);
+      if (k.verdict == TimeVerdict::slow && !k.gated) verdict += " (host, not gated)";
       if (k.verdict == TimeVerdict::insufficient)
         verdict += fmt::format(" ({}/{})", k.base.samples, k.next.samples);
       row(out,
@@ -656,19 +681,35 @@ TimeVerdict judge_time(const KernelTiming& b, const KernelTiming& n, const Compa
   if (b.samples < o.min_samples || n.samples < o.min_samples || std::isnan(d))
     return TimeVerdict::insufficient;
   if (std::fabs(d) <= o.time_threshold) return TimeVerdict::same;
-  // nvbench's rule: a change counts only when the spreads do not overlap.
-  const bool overlap = b.min_ms <= n.q3_ms && n.min_ms <= b.q3_ms;
-  if (overlap || std::isnan(b.min_ms) || std::isnan(n.min_ms) || std::isnan(b.q3_ms) || std::isnan(n.q3_ms))
+  // nvbench's rule: a change counts only when the spreads do not overlap. The
+  // spread is the whole observed range: with min..q3, back-to-back runs of the same
+  // build whose clocks drifted a little flagged SLOW; min..max does not.
+  const bool overlap = b.min_ms <= n.max_ms && n.min_ms <= b.max_ms;
+  if (overlap || std::isnan(b.min_ms) || std::isnan(n.min_ms) || std::isnan(b.max_ms) || std::isnan(n.max_ms))
     return TimeVerdict::ambiguous;
   return d > 0 ? TimeVerdict::slow : TimeVerdict::fast;
 }
 
 bool ScenarioDelta::regressed() const {
+  if (vanished_regression) return true;
   for (const CheckDelta& c : checks)
     if (c.regressed) return true;
   for (const KernelDelta& k : kernels)
-    if (k.verdict == TimeVerdict::slow) return true;
+    if (k.verdict == TimeVerdict::slow && k.gated) return true;
   return false;
+}
+
+void validate_compare_options(const CompareOptions& o) {
+  auto positive = [](double v, const char* flag) {
+    if (!std::isfinite(v) || !(v > 0))
+      throw InputError(fmt::format("{}: expected a finite positive number, found {}", flag, v));
+  };
+  positive(o.error_factor, "--error-factor");
+  if (o.error_factor < 1)
+    throw InputError(fmt::format("--error-factor: expected a factor >= 1 (an error may not shrink to pass), found {}",
+                                 o.error_factor));
+  positive(o.error_floor, "--error-floor");
+  positive(o.time_threshold, "--time-threshold");
 }
 
 LoadedReport parse_report(const json& doc, const std::string& path) {
@@ -692,6 +733,7 @@ LoadedReport load_report(const std::string& path) { return parse_report(read_jso
 
 CompareResult compare_files(const std::string& base_path, const std::string& new_path,
                             const CompareOptions& options) {
+  validate_compare_options(options);
   const json base_doc = read_json_file(base_path);
   const int base_v = schema_version_of(base_doc, base_path);
   const json new_doc = read_json_file(new_path);
@@ -705,6 +747,27 @@ CompareResult compare_files(const std::string& base_path, const std::string& new
 
 CompareResult compare_reports(const LoadedReport& base, const LoadedReport& next,
                               const CompareOptions& options) {
+  validate_compare_options(options);
+  // Vacuous comparisons prove nothing: refused, naming the report.
+  for (const LoadedReport* r : {&base, &next})
+    if (r->runs.empty())
+      throw InputError(fmt::format("{}: $.runs: the report holds no run; an empty report proves nothing",
+                                   r->path));
+  bool new_checked = false;
+  for (const RunResult& r : next.runs)
+    for (const CheckResult& c : r.checks) new_checked = new_checked || c.ran;
+  if (!new_checked)
+    throw InputError(fmt::format("{}: no check ran in any of its {} runs (a --profile report?); compare judges "
+                                 "checked runs", next.path, next.runs.size()));
+  {
+    std::set<std::pair<std::string, std::string>> keys;
+    for (const RunResult& r : base.runs) keys.insert({r.scenario_name, r.backend});
+    bool common = false;
+    for (const RunResult& r : next.runs) common = common || keys.count({r.scenario_name, r.backend});
+    if (!common)
+      throw InputError(fmt::format("{} and {} have no scenario in common (matched by name and backend): nothing "
+                                   "to compare", base.path, next.path));
+  }
   CompareResult res;
   res.base_path = base.path;
   res.new_path = next.path;
@@ -733,8 +796,9 @@ CompareResult compare_reports(const LoadedReport& base, const LoadedReport& next
       used[cands[k]] = true;
       d.in_new = true;
     } else {
-      res.warnings.push_back(fmt::format("scenario {} only in BASE: it vanished from NEW",
-                                         scenario_label(d.name, d.backend)));
+      d.vanished_regression = true;
+      res.regressions.push_back(fmt::format("scenario {} only in BASE: it vanished from NEW",
+                                            scenario_label(d.name, d.backend)));
     }
     compare_run(&b, n, options, d, res);
     res.scenarios.push_back(std::move(d));
@@ -769,10 +833,12 @@ std::string format_compare(const CompareResult& r, bool color) {
   wrap(out, "  NEW   ", fmt::format("{}: prefill-bench {}, {} {}", r.new_path, r.new_tool, new_runs,
                                     new_runs == 1 ? "run" : "runs"), 8);
   wrap(out, "  gate  ",
-       fmt::format("a check PASS -> FAIL; a numeric/state max_abs grown past x{} (and above {}); a "
-                   "median grown past {:+.0f}% with spreads (min..q3) apart; fewer than {} samples "
-                   "are not judged",
-                   o.error_factor, o.error_floor, o.time_threshold * 100, o.min_samples),
+       fmt::format("a check PASS -> FAIL or no longer run; a scenario gone; a numeric/state max_abs "
+                   "grown past x{} (and above {}); a median grown past {:+.0f}% with spreads "
+                   "(min..max) apart{}; fewer than {} samples are not judged",
+                   o.error_factor, o.error_floor, o.time_threshold * 100,
+                   o.gate_host_time ? " (host timing gated too)" : " (host timing reported, not gated)",
+                   o.min_samples),
        8);
   out += "\n";
   for (const ScenarioDelta& s : r.scenarios) format_scenario(out, s, color);
@@ -830,6 +896,7 @@ json compare_json(const CompareResult& r) {
                          {"new", timing_side(k.in_new, k.next)},
                          {"delta", real(k.delta)},
                          {"verdict", time_verdict_code(k.verdict)},
+                         {"gated", k.gated},
                          {"verdict_text", time_verdict_text(k.verdict)}});
     scenarios.push_back({{"name", s.name},
                          {"backend", s.backend},
@@ -849,6 +916,7 @@ json compare_json(const CompareResult& r) {
            {{"error_factor", r.options.error_factor},
             {"error_floor", r.options.error_floor},
             {"time_threshold", r.options.time_threshold},
+            {"gate_host_time", r.options.gate_host_time},
             {"min_samples", r.options.min_samples}}},
           {"scenarios", scenarios},
           {"regressions", r.regressions},

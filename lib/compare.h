@@ -6,11 +6,16 @@
 //  - a numeric/state figure whose max_abs grew past error_factor x BASE while the
 //    NEW error is above error_floor (zero vs tiny is not a regression), or that
 //    became non-finite;
-//  - a kernel whose median grew past time_threshold while the spreads
-//    (min..q3 around each median) do not overlap. Overlapping spreads are
-//    "ambiguous (spreads overlap)", fewer than min_samples "insufficient samples".
-// What is only in one report is listed, never failed; a scenario that vanished
-// from NEW is a warning.
+//  - a scenario of BASE missing from NEW, a check that ran in BASE and not in NEW,
+//    a NEW run that stopped on an error;
+//  - a kernel whose median grew past time_threshold while the spreads (the full
+//    observed range min..max of each side) do not overlap, on a timed backend:
+//    host timings (a shared CPU's clock) are reported, not gated, unless
+//    gate_host_time. Overlapping spreads are "ambiguous (spreads overlap)", fewer
+//    than min_samples "insufficient samples".
+// Vacuous comparisons are refused (InputError, exit 2): an empty report, a NEW
+// report in which no check ran, two reports with no scenario in common, and
+// options that are not finite and positive. Scenarios only in NEW are listed.
 #pragma once
 #include <string>
 #include <vector>
@@ -22,7 +27,7 @@
 namespace pb {
 
 // The layout of compare_json(); bumped on any change.
-constexpr int kCompareSchemaVersion = 1;
+constexpr int kCompareSchemaVersion = 2;  // 2: options.gate_host_time, kernels[].gated
 
 // A report read back from its JSON: its runs as RunResults (null figures are NaN).
 struct LoadedReport {
@@ -44,7 +49,12 @@ struct CompareOptions {
   double error_floor = 1e-6;     // ...and any amount while it stays at or under this
   double time_threshold = 0.10;  // median growth that counts (0.10 = 10%)
   int min_samples = 3;           // fewer timed samples: "insufficient samples"
+  bool gate_host_time = false;   // host-backend SLOW fails the gate only when asked
 };
+
+// Throws InputError naming the flag when an option is not finite, not positive,
+// or (error_factor) under 1.
+void validate_compare_options(const CompareOptions& options);
 
 enum class TimeVerdict { same, slow, fast, ambiguous, insufficient, only_base, only_new };
 // "same", "SLOW", "FAST", "ambiguous (spreads overlap)", "insufficient samples",
@@ -53,6 +63,8 @@ const char* time_verdict_text(TimeVerdict v);
 
 // Judges one kernel's timing, BASE against NEW. `delta` (may be null) receives
 // (new median - base median) / base median (NaN when it is not defined).
+// Spreads are each side's full range, min..max: two runs of the same build
+// overlap unless every NEW sample is slower than every BASE sample.
 TimeVerdict judge_time(const KernelTiming& base, const KernelTiming& next,
                        const CompareOptions& options, double* delta = nullptr);
 
@@ -88,6 +100,7 @@ struct KernelDelta {
   KernelTiming base, next;
   double delta = 0;  // relative median change; NaN when not defined
   TimeVerdict verdict = TimeVerdict::same;
+  bool gated = true;  // false: host timing, reported only (CompareOptions::gate_host_time)
 };
 
 struct ScenarioDelta {
@@ -97,6 +110,7 @@ struct ScenarioDelta {
   std::vector<CheckDelta> checks;
   std::vector<KernelDelta> kernels;
   std::vector<std::string> notes;  // inputs, device, faults or sampling differ
+  bool vanished_regression = false;  // in BASE, missing from NEW (or NEW stopped on an error)
   bool regressed() const;
 };
 

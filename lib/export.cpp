@@ -7,6 +7,8 @@
 #include <stdexcept>
 
 #include "batch.h"
+#include "input_error.h"
+#include "utf8.h"
 
 namespace pb {
 
@@ -34,10 +36,13 @@ std::string batch_json(const Scenario& s) {
   j["streams"] = arr;
   j["total_tokens"] = total;
   j["attention_flops"] = 4.0 * s.model.num_q_heads * s.model.head_dim * pairs;
-  return j.dump(1) + "\n";
+  // Invalid UTF-8 in a name cannot reach here from the CLI (refused up front); replaced, never thrown on.
+  return j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 void export_batch(const Scenario& s, const std::string& path) {
+  if (!valid_utf8(s.path))
+    throw InputError(s.path + ": the file name is not valid UTF-8; export writes it into JSON: rename the file");
   const std::string text = batch_json(s);
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) throw std::runtime_error("export: cannot open " + path + " for writing");

@@ -13,6 +13,9 @@
 namespace pb {
 
 // Bumped on any change of the JSON layout; lib/report_schema.json holds it as a const.
+// 2: "verdict" (passed|failed|not_checked|error) beside "passed" on each run and the
+// report, "error" on each run; "passed" is true only for the verdict passed. Figures name their
+// counts: nonfinite, mismatched, never_written, read_poison.
 constexpr int kReportSchemaVersion = 2;
 // The table never writes a line wider than this (colour codes not counted).
 constexpr int kReportWidth = 100;

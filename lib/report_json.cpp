@@ -13,6 +13,7 @@
 
 #include "build_info.h"
 #include "report.h"
+#include "verdict.h"
 
 namespace pb {
 
@@ -124,6 +125,8 @@ json run_json(const RunResult& r) {
           {"checks", checks},
           {"timings", timings},
           {"wall_s", real(r.wall_s)},
+          {"error", r.error},
+          {"verdict", verdict_name(verdict(r))},
           {"passed", r.passed()}};
 }
 
@@ -131,11 +134,8 @@ json run_json(const RunResult& r) {
 
 json report_json(const std::vector<RunResult>& runs) {
   json out_runs = json::array();
-  bool passed = true;
-  for (const RunResult& r : runs) {
-    out_runs.push_back(run_json(r));
-    passed = passed && r.passed();
-  }
+  for (const RunResult& r : runs) out_runs.push_back(run_json(r));
+  const Verdict v = verdict(runs);
   return {{"schema_version", kReportSchemaVersion},
           {"tool",
            {{"name", "prefill-bench"},
@@ -143,7 +143,8 @@ json report_json(const std::vector<RunResult>& runs) {
             {"git_revision", git_revision()},
             {"build_flags", build_flags()}}},
           {"runs", out_runs},
-          {"passed", passed}};
+          {"verdict", verdict_name(v)},
+          {"passed", v == Verdict::passed}};
 }
 
 void write_json(const std::string& path, const nlohmann::json& report) {

@@ -1,7 +1,7 @@
 // report_junit.cpp: JUnit XML (report_junit.h). Counts on <testsuites> and each
 // <testsuite> equal their children: tests = checks, failures = checks that ran
-// and failed, skipped = checks that did not run, errors = 0 (a run that could
-// not start never reaches a report: it is exit code 2).
+// and failed, skipped = checks that did not run, errors = runs that stopped on an
+// internal error (one <error> testcase "run" each; bad input never reaches a report).
 #include "report_junit.h"
 
 #include <unistd.h>
@@ -174,23 +174,25 @@ std::string xml_escape(const std::string& s, bool attribute) {
 std::string junit_xml(const std::vector<RunResult>& runs, const JunitOptions& options) {
   const std::string timestamp = options.timestamp.empty() ? now_utc() : options.timestamp;
   const std::string hostname = options.hostname.empty() ? this_host() : options.hostname;
-  long long tests = 0, failures = 0, skipped = 0;
+  long long tests = 0, failures = 0, skipped = 0, errors = 0;
   double time = 0;
   std::string suites;
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunResult& r = runs[i];
     long long t = 0, f = 0, s = 0;
+    const long long e = r.error.empty() ? 0 : 1;  // the run stopped on an error: one <error> testcase
     for (const CheckResult& c : r.checks) {
       ++t;
       if (!c.ran) ++s;
       else if (!c.passed) ++f;
     }
-    tests += t, failures += f, skipped += s;
+    t += e;
+    tests += t, failures += f, skipped += s, errors += e;
     if (std::isfinite(r.wall_s) && r.wall_s > 0) time += r.wall_s;
     suites += fmt::format(
         "  <testsuite name=\"{}\" id=\"{}\" package=\"prefill-bench\" tests=\"{}\" failures=\"{}\" "
-        "errors=\"0\" skipped=\"{}\" time=\"{}\" timestamp=\"{}\" hostname=\"{}\">\n",
-        attr(r.scenario_name + " [" + r.backend + "]"), i, t, f, s, seconds(r.wall_s), attr(timestamp),
+        "errors=\"{}\" skipped=\"{}\" time=\"{}\" timestamp=\"{}\" hostname=\"{}\">\n",
+        attr(r.scenario_name + " [" + r.backend + "]"), i, t, f, e, s, seconds(r.wall_s), attr(timestamp),
         attr(hostname));
     suites += "    <properties>\n";
     property(suites, "scenario.path", r.scenario_path);
@@ -204,13 +206,18 @@ std::string junit_xml(const std::vector<RunResult>& runs, const JunitOptions& op
     property(suites, "tool.git_revision", git_revision());
     suites += "    </properties>\n";
     for (const CheckResult& c : r.checks) testcase(suites, r, c);
+    if (e)
+      suites += fmt::format(
+          "    <testcase classname=\"{}\" name=\"run\" time=\"0.000\">\n"
+          "      <error message=\"{}\" type=\"error\">{}</error>\n    </testcase>\n",
+          attr("prefill-bench." + r.scenario_name), attr(shorten(r.error, kMessageChars)), text(r.error));
     suites += "  </testsuite>\n";
   }
   return fmt::format(
              "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-             "<testsuites name=\"prefill-bench\" tests=\"{}\" failures=\"{}\" errors=\"0\" "
+             "<testsuites name=\"prefill-bench\" tests=\"{}\" failures=\"{}\" errors=\"{}\" "
              "skipped=\"{}\" time=\"{}\">\n",
-             tests, failures, skipped, seconds(time)) +
+             tests, failures, errors, skipped, seconds(time)) +
          suites + "</testsuites>\n";
 }
 

@@ -15,6 +15,7 @@
 #include "number_format.h"
 
 #include "report.h"
+#include "verdict.h"
 
 namespace pb {
 
@@ -34,7 +35,15 @@ class Painter {
   }
   std::string pass() const { return (*this)("PASS", "32"); }
   std::string fail() const { return (*this)("FAIL", "1;31"); }
-  std::string verdict(bool passed) const { return passed ? pass() : fail(); }
+  std::string verdict(Verdict v) const {
+    switch (v) {
+      case Verdict::passed: return pass();
+      case Verdict::failed: return fail();
+      case Verdict::not_checked: return (*this)(verdict_label(v), "33");
+      case Verdict::error: return (*this)(verdict_label(v), "1;31");
+    }
+    return fail();
+  }
 
  private:
   bool color_;
@@ -301,7 +310,8 @@ void header(std::string& out, const RunResult& r, const Painter& paint) {
   // shortened, or left to the line below when even a short one does not fit.
   constexpr size_t kMinDevice = 12;
   const std::string device_name = r.device.name.empty() ? "?" : r.device.name;
-  const size_t fixed = 4 + 2 + 2 + r.backend.size() + rest.size();
+  const Verdict v = verdict(r);
+  const size_t fixed = std::string(verdict_label(v)).size() + 2 + 2 + r.backend.size() + rest.size();
   const size_t room = fixed + 16 < kWidth ? kWidth - fixed : 16;  // name + " on " + device
   size_t name_w = r.scenario_name.size();
   std::string device;
@@ -312,7 +322,7 @@ void header(std::string& out, const RunResult& r, const Painter& paint) {
   else
     name_w = std::min(name_w, room);
   const bool device_cut = device != device_name;
-  out += fmt::format("{}  {}  {}{}{}\n", paint.verdict(r.passed()),
+  out += fmt::format("{}  {}  {}{}{}\n", paint.verdict(v),
                      paint(shorten(r.scenario_name, name_w), "1"), r.backend,
                      device.empty() ? "" : " on " + device, rest);
 
@@ -340,6 +350,9 @@ void header(std::string& out, const RunResult& r, const Painter& paint) {
     if (r.faults.has(f.fault)) faults += fmt::format("{}{}", faults.empty() ? "" : ", ", f.name);
   if (!faults.empty()) info.push_back("injected: " + faults);
   wrapped_items(out, "      ", 6, info, "  ", 6);
+  if (v == Verdict::error) wrapped(out, "      error: ", 13, r.error, 8);
+  if (v == Verdict::not_checked)
+    wrapped(out, "      ", 6, "not checked: no check ran (--profile runs none), so nothing was proven", 8);
 }
 
 void streams(std::string& out, const RunResult& r, const StreamView& v, const Painter& paint) {
@@ -380,7 +393,7 @@ void checks(std::string& out, const RunResult& r, const Painter& paint) {
       continue;
     }
     const std::string head =
-        name + paint.verdict(c.passed) + std::string(kVerdictW - 4, ' ');
+        name + (c.passed ? paint.pass() : paint.fail()) + std::string(kVerdictW - 4, ' ');
     std::vector<std::string> detail;
     const long long count = std::max<long long>(c.finding_count, c.findings.size());
     if (count > 0)
@@ -530,20 +543,26 @@ std::string format_table(const std::vector<RunResult>& runs, bool color) {
     legend.push_back("per stream: . pass, X fail, - not run");
     wrapped_items(out, "checks: ", 8, legend, " ", 8);
   }
-  int passed = 0;
+  int passed = 0, not_checked = 0, errors = 0;
   for (const RunResult& r : runs) {
     out += '\n';
     header(out, r, paint);
     streams(out, r, stream_view(r), paint);
     checks(out, r, paint);
     timings(out, r);
-    passed += r.passed() ? 1 : 0;
+    const Verdict v = verdict(r);
+    passed += v == Verdict::passed;
+    not_checked += v == Verdict::not_checked;
+    errors += v == Verdict::error;
   }
-  const int failed = static_cast<int>(runs.size()) - passed;
+  const int failed = static_cast<int>(runs.size()) - passed - not_checked - errors;
   const std::string failed_text = fmt::format("{} failed", failed);
-  out += fmt::format("\n{}, {} passed, {}\n",
+  std::string more;
+  if (not_checked) more += fmt::format(", {} not checked", not_checked);
+  if (errors) more += ", " + paint(fmt::format("{} stopped on an error", errors), "1;31");
+  out += fmt::format("\n{}, {} passed, {}{}\n",
                      plural(runs.size(), "scenario", "scenarios"), passed,
-                     failed > 0 ? paint(failed_text, "1;31") : failed_text);
+                     failed > 0 ? paint(failed_text, "1;31") : failed_text, more);
   return out;
 }
 

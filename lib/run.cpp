@@ -14,18 +14,16 @@
 #include <cstring>
 #include <map>
 
+#include "check_plan.h"
 #include "checks.h"
 #include "expected_scratch.h"
 #include "trace.h"
+#include "verdict.h"
 #include "work_counts.h"
 
 namespace pb {
 
-bool RunResult::passed() const {
-  for (const CheckResult& c : checks)
-    if (c.ran && !c.passed) return false;
-  return true;
-}
+bool RunResult::passed() const { return verdict(*this) == Verdict::passed; }
 
 const CheckResult* RunResult::check(const std::string& name) const {
   for (const CheckResult& c : checks)
@@ -99,12 +97,15 @@ void check_scratch_capacity(const Scenario& s, const StagedLayout& layout) {
 
 }  // namespace
 
-void validate_resources(const Scenario& s) {
+ResourceEstimate validate_resources(const Scenario& s, const ResourceLimits& limits) {
   const std::vector<StreamSpec> streams = resolve_streams(s);
   validate_batch(s, streams);
   int total = 0;
   for (const StreamSpec& st : streams) total += st.tokens;
   check_scratch_capacity(s, compute_layout(static_cast<int>(streams.size()), total, s.model.mrope.enabled));
+  const ResourceEstimate e = estimate_resources(s, streams, limits.ref_sample.value_or(s.ref_sample));
+  check_resources(s, e, limits);
+  return e;
 }
 
 RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
@@ -140,39 +141,18 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   res.chunk_len = batch.chunk_len;
   res.max_blocks_per_seq = batch.max_blocks_per_seq;
   res.inputs_checksum = batch.inputs_checksum;
-  const int ref_sample = opt.ref_sample >= 0 ? opt.ref_sample : s.ref_sample;
+  const int ref_sample = opt.ref_sample.value_or(s.ref_sample);
   res.ref_sample = ref_sample;
   for (const StreamTruth& st : batch.streams)
     res.streams.push_back({st.chunk_start, st.count, st.kv_len, static_cast<int>(st.blocks.size()), st.has_image});
   for (LayerKind k : s.layers) res.layer_kinds.push_back(k == LayerKind::attn ? "attn" : "gdn");
 
   std::map<std::string, CheckResult> checks;
-  for (const std::string& name : all_check_names()) {
-    checks[name].name = name;
-    const bool enabled = s.checks.empty() || std::count(s.checks.begin(), s.checks.end(), name);
-    if (!enabled) {
-      checks[name].ran = false;
-      checks[name].not_run_why = "not in the scenario's checks list";
-    }
+  for (const PlannedCheck& p : plan_checks(s, opt.profile)) {
+    checks[p.name].name = p.name;
+    checks[p.name].ran = p.run;
+    checks[p.name].not_run_why = p.why;
   }
-  const bool has_attn = std::count(s.layers.begin(), s.layers.end(), LayerKind::attn) > 0;
-  const bool has_gdn = std::count(s.layers.begin(), s.layers.end(), LayerKind::gdn) > 0;
-  auto not_applicable = [&](const char* name, const char* why) {
-    if (checks[name].ran) {
-      checks[name].ran = false;
-      checks[name].not_run_why = why;
-    }
-  };
-  if (!has_attn) {
-    not_applicable(kCheckKvWrite, "no attention layer");
-    not_applicable(kCheckCausalBound, "no attention layer");
-  }
-  if (!has_gdn) not_applicable(kCheckState, "no gdn layer");
-  if (opt.profile)
-    for (auto& [name, c] : checks) {
-      c.ran = false;
-      c.not_run_why = "--profile: no checks";
-    }
   auto on = [&](const char* name) { return checks[name].ran; };
 
   progress.say("staging");
@@ -206,11 +186,14 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   }
 
   const bool host = res.backend == "host";
-  const int warmup = opt.profile ? 1 : std::max(0, opt.warmup >= 0 ? opt.warmup : s.warmup);
-  int repeat = opt.profile ? 1 : std::max(1, opt.repeat >= 0 ? opt.repeat : s.repeat);
-  if (host && opt.repeat < 0) repeat = std::min(repeat, 2);
-  const int host_warmup = host && opt.warmup < 0 ? 0 : warmup;
-  const int runs = host_warmup + repeat;
+  const int warmup = opt.profile ? 1 : std::max(0, opt.warmup.value_or(s.warmup));
+  int repeat = opt.profile ? 1 : std::max(1, opt.repeat.value_or(s.repeat));
+  if (host && !opt.repeat) repeat = std::min(repeat, 2);
+  const int host_warmup = host && !opt.warmup ? 0 : warmup;
+  // Determinism needs a second run: with one timed run and no warm-up, one more
+  // untimed run is made, so the check never silently drops out.
+  const int timed_end = host_warmup + repeat;
+  const int runs = std::max(timed_end, on(kCheckDeterminism) ? 2 : 1);
 
   // What the kernels are given: the staged metadata, or under mrope-section-swap
   // the H and W positions arrays exchanged (a kernel reading the wrong section's).
@@ -243,7 +226,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       backend->reset_layer(layer);
       if (!attn) backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
       const std::vector<KernelTime> kt = backend->run_layer(layer, kernel_meta, backend->scratch_base() + img.plan.h_state_ptrs);
-      if (rep >= host_warmup)
+      if (rep >= host_warmup && rep < timed_end)
         for (const KernelTime& k : kt) times[k.kernel].push_back(k.ms);
       if (opt.profile) continue;
       if (rep == 0) {
@@ -285,7 +268,6 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       }
     }
   }
-  if (runs < 2) not_applicable(kCheckDeterminism, "one run per layer: nothing to compare");
   for (const std::string& name : all_check_names()) res.checks.push_back(checks[name]);
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;

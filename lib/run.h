@@ -2,12 +2,14 @@
 // a backend, compute the reference, run the checks, time the kernels.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend.h"
 #include "check_result.h"
 #include "faults.h"
+#include "resource_estimate.h"
 #include "scenario.h"
 
 namespace pb {
@@ -15,8 +17,8 @@ namespace pb {
 struct RunOptions {
   std::string backend = "auto";  // "auto" (cuda when a device is present), "cuda", "host"
   FaultSet inject;               // added to the scenario's own faults
-  int ref_sample = -1;           // -1: the scenario's
-  int warmup = -1, repeat = -1;  // -1: the scenario's (the host backend caps repeat at 2)
+  std::optional<int> ref_sample;         // unset: the scenario's
+  std::optional<int> warmup, repeat;     // unset: the scenario's (the host backend caps repeat at 2)
   bool progress = false;         // progress lines on stderr
   bool profile = false;          // one warm iteration, no checks (a clean timeline)
 };
@@ -54,14 +56,18 @@ struct RunResult {
   std::vector<CheckResult> checks;
   std::vector<KernelTiming> timings;
   double wall_s = 0;
-  bool passed() const;
+  // Set when the run stopped on an error before its checks ended (an internal
+  // error, out of memory): the verdict is then "error" (verdict.h).
+  std::string error;
+  bool passed() const;  // verdict(*this) == Verdict::passed
   const CheckResult* check(const std::string& name) const;
 };
 
 // Everything about the scenario that needs the resolved streams (KV cache and
-// scratch sizes, explicit block tables, images); throws a located InputError.
-// `validate` and `run` call it for every file before anything runs.
-void validate_resources(const Scenario& scenario);
+// scratch sizes, explicit block tables, images, the resource estimate against
+// `limits`); throws a located InputError. Every subcommand calls it for every
+// file before anything runs. Returns the estimate (validate and stage show it).
+ResourceEstimate validate_resources(const Scenario& scenario, const ResourceLimits& limits = {});
 
 // Throws InputError for bad input (unknown backend, resources); a check failing
 // is a result, not an exception.

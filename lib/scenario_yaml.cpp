@@ -12,15 +12,20 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstring>
+
 #include "batch.h"
+#include "check_plan.h"
 #include "check_result.h"
 #include "scenario.h"
 
 namespace pb {
 namespace {
 
+constexpr uint64_t kMaxScenarioBytes = uint64_t(16) << 20;  // read no more than this
 constexpr int64_t kMaxTokens = int64_t(1) << 20;  // per stream, and for chunk_start
 constexpr int64_t kMaxStreams = 4096;             // over all entries and generators
 constexpr int64_t kMaxLayers = 64;
@@ -138,6 +143,22 @@ class Reader {
     throw InputError(located(file_, m, field, what));
   }
 
+  // Runs one field's reading; a problem is recorded and reading goes on, so a file's
+  // every problem is reported at once. Returns false when `read` failed.
+  template <typename F>
+  bool guard(F&& read) {
+    try {
+      read();
+      return true;
+    } catch (const InputError& e) {
+      errors_.insert(errors_.end(), e.problems().begin(), e.problems().end());
+      return false;
+    }
+  }
+  const std::vector<std::string>& errors() const { return errors_; }
+  // Leaves the enclosing guard() without adding a problem (its parts were recorded).
+  [[noreturn]] static void already_reported() { throw InputError(std::vector<std::string>{}); }
+
   // The mark of a value, or `fallback` (its key) when yaml-cpp has none. An empty value
   // is marked where the next token starts, so it takes its key's mark too.
   static Mark value_mark(const YAML::Node& v, Mark fallback) {
@@ -154,9 +175,14 @@ class Reader {
       const Mark km = value_mark(it->first, m.mark);
       if (!it->first.IsScalar()) fail(km, path, "expected a key name, found " + found(it->first));
       const std::string key = it->first.Scalar();
-      if (std::find(known.begin(), known.end(), key) == known.end())
-        fail(km, child(path, key), unknown_name("key", key, known));
-      if (m.has(key)) fail(km, child(path, key), "key '" + key + "' given twice");
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        errors_.push_back(located(file_, km, child(path, key), unknown_name("key", key, known)));
+        continue;
+      }
+      if (m.has(key)) {
+        errors_.push_back(located(file_, km, child(path, key), "key '" + key + "' given twice"));
+        continue;
+      }
       m.entries.push_back({key, {it->second, km}});
       s_.marks[child(path, key)] = km;
     }
@@ -191,9 +217,17 @@ class Reader {
     return out;
   }
 
+  // A quoted scalar ("42", '1.5') is a string: numbers and booleans are plain.
+  void refuse_quoted(const YAML::Node& v, const std::string& path, Mark mark, const char* want) const {
+    if (v.IsScalar() && v.Tag() == "!")
+      fail(value_mark(v, mark), path,
+           std::string("expected ") + want + ", found the string \"" + v.Scalar() + "\" (quoted: remove the quotes)");
+  }
+
   int64_t integer(const YAML::Node& v, const std::string& path, Mark mark, int64_t lo, int64_t hi) {
     const Mark at = value_mark(v, mark);
     int64_t x = 0;
+    refuse_quoted(v, path, mark, "an integer");
     if (!v.IsScalar() || !parse_int64(v.Scalar(), x))
       fail(at, path, "expected an integer, found " + found(v));
     if (x < lo || x > hi) fail(at, path, "expected " + int_range_text(lo, hi) + ", found " + v.Scalar());
@@ -204,6 +238,7 @@ class Reader {
   double number(const YAML::Node& v, const std::string& path, Mark mark, double lo, bool strict) {
     const Mark at = value_mark(v, mark);
     double x = 0;
+    refuse_quoted(v, path, mark, "a number");
     bool ok = v.IsScalar() && !v.Scalar().empty();
     if (ok) {
       const std::string& t = v.Scalar();
@@ -221,6 +256,7 @@ class Reader {
   }
 
   bool boolean(const YAML::Node& v, const std::string& path, Mark mark) {
+    refuse_quoted(v, path, mark, "true or false");
     if (v.IsScalar()) {
       const std::string& t = v.Scalar();
       if (t == "true" || t == "True" || t == "TRUE") return true;
@@ -266,6 +302,7 @@ class Reader {
 
  private:
   void read_model(const YAML::Node& v, Mark mark);
+  void read_gdn(const MapView& model);
   void read_layers(const YAML::Node& v, Mark mark);
   void read_streams(const YAML::Node& v, Mark mark);
   StreamSpec read_stream(const MapView& m);
@@ -276,6 +313,7 @@ class Reader {
 
   const std::string& file_;
   Scenario& s_;
+  std::vector<std::string> errors_;
 };
 
 void Reader::read(const YAML::Node& root) {
@@ -284,12 +322,15 @@ void Reader::read(const YAML::Node& root) {
   const MapView top = map(root, "", value_mark(root, Mark{1, 1}),
                           {"name", "description", "seed", "model", "layers", "streams", "run",
                            "tolerances", "kv_cache", "scratch", "reference", "checks", "faults"});
-  s_.name = string(need(top, "name"), "name", mark_of(top, "name"), false);
+  guard([&] { s_.name = string(need(top, "name"), "name", mark_of(top, "name"), false); });
   if (top.has("description"))
-    s_.description = string(top.find("description")->first, "description", mark_of(top, "description"), true);
-  {
+    guard([&] {
+      s_.description = string(top.find("description")->first, "description", mark_of(top, "description"), true);
+    });
+  guard([&] {
     const YAML::Node& v = need(top, "seed");
     const Mark at = value_mark(v, mark_of(top, "seed"));
+    refuse_quoted(v, "seed", mark_of(top, "seed"), "a non-negative integer");
     int64_t x = 0;
     const std::string t = v.IsScalar() ? v.Scalar() : "";
     if (!v.IsScalar() || !parse_int64(t, x)) {
@@ -303,45 +344,54 @@ void Reader::read(const YAML::Node& root) {
       if (x < 0) fail(at, "seed", "expected a non-negative integer, found " + t);
       s_.seed = uint64_t(x);
     }
-  }
-  read_model(need(top, "model"), mark_of(top, "model"));
-  read_layers(need(top, "layers"), mark_of(top, "layers"));
+  });
+  const size_t before_model = errors_.size();
+  guard([&] { read_model(need(top, "model"), mark_of(top, "model")); });
+  const bool model_ok = errors_.size() == before_model;
+  const bool layers_ok = guard([&] { read_layers(need(top, "layers"), mark_of(top, "layers")); });
 
   // A gdn layer needs the model's gdn shape.
-  if (!s_.model.gdn.present) {
+  if (model_ok && layers_ok && !s_.model.gdn.present) {
     for (size_t i = 0; i < s_.layers.size(); ++i) {
       if (s_.layers[i] == LayerKind::gdn) {
-        fail(mark_of(top, "model"), "model.gdn",
-             "required field missing in 'model' (layers.pattern holds a gdn layer, which needs "
-             "num_k_heads, num_v_heads, k_dim, v_dim, d_conv)");
+        guard([&] {
+          fail(mark_of(top, "model"), "model.gdn",
+               "required field missing in 'model' (layers.pattern holds a gdn layer, which needs "
+               "num_k_heads, num_v_heads, k_dim, v_dim, d_conv)");
+        });
+        break;
       }
     }
   }
-  read_streams(need(top, "streams"), mark_of(top, "streams"));
+  guard([&] { read_streams(need(top, "streams"), mark_of(top, "streams")); });
 
-  if (top.has("run")) read_run(top.find("run")->first, mark_of(top, "run"));
-  if (top.has("tolerances")) {
-    const MapView t = map(top.find("tolerances")->first, "tolerances", mark_of(top, "tolerances"), {"bf16"});
-    if (t.has("bf16")) {
-      const MapView b = map(t.find("bf16")->first, "tolerances.bf16", mark_of(t, "bf16"), {"factor", "atol"});
-      s_.tol_bf16.factor = num_or(b, "factor", 0, true, 2.0);
-      s_.tol_bf16.atol = num_or(b, "atol", 0, false, 1e-5);
-    }
-  }
-  if (top.has("kv_cache")) {
-    const MapView k = map(top.find("kv_cache")->first, "kv_cache", mark_of(top, "kv_cache"), {"num_blocks"});
-    s_.kv_num_blocks = int_at(k, "num_blocks", 1, kInt32Max);
-  }
-  if (top.has("scratch")) {
-    const MapView k = map(top.find("scratch")->first, "scratch", mark_of(top, "scratch"), {"capacity_bytes"});
-    s_.scratch_capacity = int_at(k, "capacity_bytes", 1, kInt64Max);
-  }
-  if (top.has("reference")) {
-    const MapView k = map(top.find("reference")->first, "reference", mark_of(top, "reference"), {"sample"});
-    s_.ref_sample = int(int_or(k, "sample", 0, kInt32Max, 0));
-  }
-  if (top.has("checks")) read_checks(top.find("checks")->first, mark_of(top, "checks"));
-  if (top.has("faults")) read_faults(top.find("faults")->first, mark_of(top, "faults"));
+  if (top.has("run")) guard([&] { read_run(top.find("run")->first, mark_of(top, "run")); });
+  if (top.has("tolerances"))
+    guard([&] {
+      const MapView t = map(top.find("tolerances")->first, "tolerances", mark_of(top, "tolerances"), {"bf16"});
+      if (t.has("bf16")) {
+        const MapView b = map(t.find("bf16")->first, "tolerances.bf16", mark_of(t, "bf16"), {"factor", "atol"});
+        guard([&] { s_.tol_bf16.factor = num_or(b, "factor", 0, true, 2.0); });
+        guard([&] { s_.tol_bf16.atol = num_or(b, "atol", 0, false, 1e-5); });
+      }
+    });
+  if (top.has("kv_cache"))
+    guard([&] {
+      const MapView k = map(top.find("kv_cache")->first, "kv_cache", mark_of(top, "kv_cache"), {"num_blocks"});
+      s_.kv_num_blocks = int_at(k, "num_blocks", 1, kInt32Max);
+    });
+  if (top.has("scratch"))
+    guard([&] {
+      const MapView k = map(top.find("scratch")->first, "scratch", mark_of(top, "scratch"), {"capacity_bytes"});
+      s_.scratch_capacity = int_at(k, "capacity_bytes", 1, kInt64Max);
+    });
+  if (top.has("reference"))
+    guard([&] {
+      const MapView k = map(top.find("reference")->first, "reference", mark_of(top, "reference"), {"sample"});
+      s_.ref_sample = int(int_or(k, "sample", 0, kInt32Max, 0));
+    });
+  if (top.has("checks")) guard([&] { read_checks(top.find("checks")->first, mark_of(top, "checks")); });
+  if (top.has("faults")) guard([&] { read_faults(top.find("faults")->first, mark_of(top, "faults")); });
 }
 
 void Reader::read_model(const YAML::Node& v, Mark mark) {
@@ -349,63 +399,78 @@ void Reader::read_model(const YAML::Node& v, Mark mark) {
                         {"num_q_heads", "num_kv_heads", "head_dim", "rotary_dim", "rope_theta",
                          "block_size", "dtype", "mrope", "gdn"});
   ModelSpec& md = s_.model;
-  md.num_q_heads = int(int_at(m, "num_q_heads", 1, kMaxHeads));
-  md.num_kv_heads = int(int_at(m, "num_kv_heads", 1, kMaxHeads));
-  md.head_dim = int(int_at(m, "head_dim", 1, kMaxDim));
-  md.rotary_dim = int(int_or(m, "rotary_dim", 1, kMaxDim, md.head_dim));
-  md.rope_theta = num_or(m, "rope_theta", 0, true, 10000.0);
-  md.block_size = int(int_or(m, "block_size", 1, 4096, 16));
-  if (m.has("dtype")) {
-    const std::string d = string(m.find("dtype")->first, "model.dtype", mark_of(m, "dtype"), false);
-    if (d != "bf16")
-      fail(value_mark(m.find("dtype")->first, mark_of(m, "dtype")), "model.dtype",
-           "this build supports bf16 only, found '" + d + "'");
-  }
-  if (md.num_q_heads % md.num_kv_heads != 0)
-    fail(mark_of(m, "num_q_heads"), "model.num_q_heads",
-         "GQA ratio: num_q_heads " + std::to_string(md.num_q_heads) + " is not a multiple of num_kv_heads " +
-             std::to_string(md.num_kv_heads));
-  if (md.head_dim % 2 != 0)
-    fail(mark_of(m, "head_dim"), "model.head_dim", "expected an even head_dim, found " + std::to_string(md.head_dim));
-  if (md.rotary_dim > md.head_dim)
-    fail(mark_of(m, "rotary_dim"), "model.rotary_dim",
-         "expected rotary_dim <= head_dim " + std::to_string(md.head_dim) + ", found " + std::to_string(md.rotary_dim));
-  if (md.rotary_dim % 2 != 0 || md.rotary_dim < 2)
-    fail(mark_of(m, "rotary_dim"), "model.rotary_dim",
-         "expected an even rotary_dim >= 2, found " + std::to_string(md.rotary_dim));
+  // Each field on its own (every problem is reported); the rules that relate fields
+  // only run once the fields themselves read well.
+  bool ok = guard([&] { md.num_q_heads = int(int_at(m, "num_q_heads", 1, kMaxHeads)); });
+  ok &= guard([&] { md.num_kv_heads = int(int_at(m, "num_kv_heads", 1, kMaxHeads)); });
+  const bool head_ok = guard([&] { md.head_dim = int(int_at(m, "head_dim", 1, kMaxDim)); });
+  ok &= head_ok;
+  ok &= head_ok && guard([&] { md.rotary_dim = int(int_or(m, "rotary_dim", 1, kMaxDim, md.head_dim)); });
+  ok &= guard([&] { md.rope_theta = num_or(m, "rope_theta", 0, true, 10000.0); });
+  ok &= guard([&] { md.block_size = int(int_or(m, "block_size", 1, 4096, 16)); });
+  if (m.has("dtype"))
+    ok &= guard([&] {
+      const std::string d = string(m.find("dtype")->first, "model.dtype", mark_of(m, "dtype"), false);
+      if (d != "bf16")
+        fail(value_mark(m.find("dtype")->first, mark_of(m, "dtype")), "model.dtype",
+             "this build supports bf16 only, found '" + d + "'");
+    });
+  if (m.has("gdn")) guard([&] { read_gdn(m); });
+  if (!ok) return;
+  guard([&] {
+    if (md.num_q_heads % md.num_kv_heads != 0)
+      fail(mark_of(m, "num_q_heads"), "model.num_q_heads",
+           "GQA ratio: num_q_heads " + std::to_string(md.num_q_heads) + " is not a multiple of num_kv_heads " +
+               std::to_string(md.num_kv_heads));
+  });
+  guard([&] {
+    if (md.head_dim % 2 != 0)
+      fail(mark_of(m, "head_dim"), "model.head_dim", "expected an even head_dim, found " + std::to_string(md.head_dim));
+  });
+  const bool rot_ok = guard([&] {
+    if (md.rotary_dim > md.head_dim)
+      fail(mark_of(m, "rotary_dim"), "model.rotary_dim",
+           "expected rotary_dim <= head_dim " + std::to_string(md.head_dim) + ", found " + std::to_string(md.rotary_dim));
+    if (md.rotary_dim % 2 != 0 || md.rotary_dim < 2)
+      fail(mark_of(m, "rotary_dim"), "model.rotary_dim",
+           "expected an even rotary_dim >= 2, found " + std::to_string(md.rotary_dim));
+  });
 
-  if (m.has("mrope")) {
-    const MapView r = map(m.find("mrope")->first, "model.mrope", mark_of(m, "mrope"), {"sections", "interleaved"});
-    const auto secs = list(need(r, "sections"), "model.mrope.sections", mark_of(r, "sections"), true);
-    if (secs.size() != 3)
-      fail(mark_of(r, "sections"), "model.mrope.sections",
-           "expected 3 integers [t, h, w], found " + std::to_string(secs.size()) + " entries");
-    int sum = 0;
-    for (int i = 0; i < 3; ++i) {
-      md.mrope.sections[i] = int(integer(secs[i].first, item("model.mrope.sections", i), secs[i].second, 0, kMaxDim));
-      sum += md.mrope.sections[i];
-    }
-    if (sum != md.rotary_dim / 2)
-      fail(mark_of(r, "sections"), "model.mrope.sections",
-           "sections sum to " + std::to_string(sum) + ", expected rotary_dim / 2 = " + std::to_string(md.rotary_dim / 2));
-    md.mrope.interleaved = bool_or(r, "interleaved", false);
-    md.mrope.enabled = true;
-  }
-  if (m.has("gdn")) {
-    const MapView g = map(m.find("gdn")->first, "model.gdn", mark_of(m, "gdn"),
-                          {"num_k_heads", "num_v_heads", "k_dim", "v_dim", "d_conv"});
-    GdnSpec& gd = md.gdn;
-    gd.num_k_heads = int(int_at(g, "num_k_heads", 1, kMaxHeads));
-    gd.num_v_heads = int(int_at(g, "num_v_heads", 1, kMaxHeads));
-    gd.k_dim = int(int_at(g, "k_dim", 1, kMaxDim));
-    gd.v_dim = int(int_at(g, "v_dim", 1, kMaxDim));
-    gd.d_conv = int(int_at(g, "d_conv", 2, 8));
-    if (gd.num_v_heads % gd.num_k_heads != 0)
-      fail(mark_of(g, "num_v_heads"), "model.gdn.num_v_heads",
-           "num_v_heads " + std::to_string(gd.num_v_heads) + " is not a multiple of num_k_heads " +
-               std::to_string(gd.num_k_heads));
-    gd.present = true;
-  }
+  if (m.has("mrope") && rot_ok)
+    guard([&] {
+      const MapView r = map(m.find("mrope")->first, "model.mrope", mark_of(m, "mrope"), {"sections", "interleaved"});
+      const auto secs = list(need(r, "sections"), "model.mrope.sections", mark_of(r, "sections"), true);
+      if (secs.size() != 3)
+        fail(mark_of(r, "sections"), "model.mrope.sections",
+             "expected 3 integers [t, h, w], found " + std::to_string(secs.size()) + " entries");
+      int sum = 0;
+      for (int i = 0; i < 3; ++i) {
+        md.mrope.sections[i] = int(integer(secs[i].first, item("model.mrope.sections", i), secs[i].second, 0, kMaxDim));
+        sum += md.mrope.sections[i];
+      }
+      if (sum != md.rotary_dim / 2)
+        fail(mark_of(r, "sections"), "model.mrope.sections",
+             "sections sum to " + std::to_string(sum) + ", expected rotary_dim / 2 = " + std::to_string(md.rotary_dim / 2));
+      md.mrope.interleaved = bool_or(r, "interleaved", false);
+      md.mrope.enabled = true;
+    });
+}
+
+void Reader::read_gdn(const MapView& m) {
+  const MapView g = map(m.find("gdn")->first, "model.gdn", mark_of(m, "gdn"),
+                        {"num_k_heads", "num_v_heads", "k_dim", "v_dim", "d_conv"});
+  GdnSpec& gd = s_.model.gdn;
+  bool ok = guard([&] { gd.num_k_heads = int(int_at(g, "num_k_heads", 1, kMaxHeads)); });
+  ok &= guard([&] { gd.num_v_heads = int(int_at(g, "num_v_heads", 1, kMaxHeads)); });
+  ok &= guard([&] { gd.k_dim = int(int_at(g, "k_dim", 1, kMaxDim)); });
+  ok &= guard([&] { gd.v_dim = int(int_at(g, "v_dim", 1, kMaxDim)); });
+  ok &= guard([&] { gd.d_conv = int(int_at(g, "d_conv", 2, 8)); });
+  if (ok && gd.num_v_heads % gd.num_k_heads != 0)
+    fail(mark_of(g, "num_v_heads"), "model.gdn.num_v_heads",
+         "num_v_heads " + std::to_string(gd.num_v_heads) + " is not a multiple of num_k_heads " +
+             std::to_string(gd.num_k_heads));
+  // present even when a field failed: a gdn layer then does not also report model.gdn missing
+  gd.present = true;
 }
 
 void Reader::read_layers(const YAML::Node& v, Mark mark) {
@@ -428,8 +493,9 @@ void Reader::read_layers(const YAML::Node& v, Mark mark) {
 
 StreamSpec Reader::read_stream(const MapView& m) {
   StreamSpec st;
-  st.chunk_start = int(int_or(m, "chunk_start", 0, kMaxTokens, 0));
-  st.tokens = int(int_at(m, "tokens", 1, kMaxTokens));
+  bool ok = guard([&] { st.chunk_start = int(int_or(m, "chunk_start", 0, kMaxTokens, 0)); });
+  ok &= guard([&] { st.tokens = int(int_at(m, "tokens", 1, kMaxTokens)); });
+  if (!ok) already_reported();
   const int64_t kv_len = int64_t(st.chunk_start) + st.tokens;
   if (m.has("images")) {
     const std::string ip = child(m.path, "images");
@@ -538,7 +604,7 @@ StreamGenerator Reader::read_generator(const YAML::Node& v, const std::string& p
 void Reader::read_streams(const YAML::Node& v, Mark mark) {
   const auto items = list(v, "streams", mark);
   int64_t total = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
+  for (size_t i = 0; i < items.size(); ++i) guard([&] {
     const std::string p = item("streams", i);
     const YAML::Node& n = items[i].first;
     StreamSource src;
@@ -561,7 +627,7 @@ void Reader::read_streams(const YAML::Node& v, Mark mark) {
       fail(items[i].second, p,
            "the stream list reaches " + std::to_string(total) + " streams here, at most " + std::to_string(kMaxStreams));
     s_.streams.push_back(std::move(src));
-  }
+  });
 }
 
 void Reader::read_run(const YAML::Node& v, Mark mark) {
@@ -574,14 +640,14 @@ void Reader::read_run(const YAML::Node& v, Mark mark) {
 void Reader::read_checks(const YAML::Node& v, Mark mark) {
   const auto names = list(v, "checks", mark);
   const std::vector<std::string>& known = all_check_names();
-  for (size_t i = 0; i < names.size(); ++i) {
+  for (size_t i = 0; i < names.size(); ++i) guard([&] {
     const std::string c = string(names[i].first, item("checks", i), names[i].second, false);
     if (std::find(known.begin(), known.end(), c) == known.end())
       fail(names[i].second, item("checks", i), unknown_name("check", c, known));
     if (std::find(s_.checks.begin(), s_.checks.end(), c) != s_.checks.end())
       fail(names[i].second, item("checks", i), "check '" + c + "' listed twice");
     s_.checks.push_back(c);
-  }
+  });
 }
 
 void Reader::read_faults(const YAML::Node& v, Mark mark) {
@@ -628,20 +694,42 @@ InputError Scenario::error(const std::string& field, const std::string& what) co
 Scenario parse_scenario(const std::string& text, const std::string& path) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // One document per file: a second one (after ---) would be silently ignored by Load.
+    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1)
+      throw InputError(located(path, to_mark(docs[1].Mark()), "",
+                               "a second YAML document (after '---'); a scenario file holds one document"));
+    if (!docs.empty()) root = docs.front();
   } catch (const YAML::Exception& e) {
     throw InputError(located(path, to_mark(e.mark), "", "YAML syntax error: " + e.msg));
   }
   Scenario s;
   s.path = path;
-  Reader(path, s).read(root);
-  // The batch-level checks (block tables, KV cache size) run here too, so a scenario
-  // that loads is one that can run.
+  Reader reader(path, s);
+  reader.read(root);
+  if (!reader.errors().empty()) throw InputError(reader.errors());
+  // The batch-level checks (block tables, KV cache size) and the checks list against
+  // the model run here too, so a scenario that loads is one that can run.
   validate_batch(s, resolve_streams(s));
+  validate_checks(s);
   return s;
 }
 
 Scenario load_scenario(const std::string& path) {
+  // stat before open: opening a FIFO would block, and /dev/zero never ends.
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0)
+    throw InputError(located(path, Mark{}, "", std::string("cannot open the scenario file: ") + std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    throw InputError(located(path, Mark{}, "",
+                             std::string("not a regular file (") +
+                                 (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                  : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a special file") +
+                                 "); a scenario is a YAML file"));
+  if (uint64_t(st.st_size) > kMaxScenarioBytes)
+    throw InputError(located(path, Mark{}, "",
+                             "the file holds " + std::to_string(st.st_size) + " bytes, more than the " +
+                                 std::to_string(kMaxScenarioBytes) + " a scenario file may (16 MiB)"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(located(path, Mark{}, "", "cannot open the scenario file (missing or unreadable)"));
   std::ostringstream text;

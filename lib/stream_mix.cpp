@@ -100,7 +100,10 @@ void validate_batch(const Scenario& s, const std::vector<StreamSpec>& streams) {
   int64_t total_tokens = 0, blocks_needed = 0;
   // Explicit block id -> (stream, index in its table), for repeats within and across streams.
   std::map<int32_t, std::pair<size_t, size_t>> owner;
-  for (size_t b = 0; b < streams.size(); ++b) {
+  // Every stream's problems are collected (validate reports them all); the batch
+  // totals are judged only when every stream was good.
+  std::vector<std::string> problems;
+  for (size_t b = 0; b < streams.size(); ++b) try {
     const StreamSpec& st = streams[b];
     const Origin& o = from[b];
     if (st.tokens <= 0)
@@ -155,7 +158,10 @@ void validate_batch(const Scenario& s, const std::vector<StreamSpec>& streams) {
                               std::to_string(kv_len) + ")");
       prev_end = im.start + n;
     }
+  } catch (const InputError& e) {
+    problems.insert(problems.end(), e.problems().begin(), e.problems().end());
   }
+  if (!problems.empty()) throw InputError(problems);
   if (total_tokens > std::numeric_limits<int32_t>::max())
     throw s.error("streams", "total_tokens " + std::to_string(total_tokens) + " does not fit the i32 cu_seqlens");
 

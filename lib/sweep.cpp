@@ -23,6 +23,7 @@
 #include "compare.h"
 #include "input_error.h"
 #include "report.h"
+#include "utf8.h"
 
 namespace fs = std::filesystem;
 
@@ -38,6 +39,7 @@ constexpr const char* kSummary = "summary.csv";
 constexpr const char* kCtestFile = "CTestTestfile.cmake";
 constexpr const char* kResourceSpec = "resource-spec.json";
 constexpr const char* kPointsFixture = "sweep.points";
+constexpr int64_t kMaxScaledTokens = int64_t(1) << 20;  // a stream's tokens, as the scenario reader allows
 
 bool is_scale(const std::string& axis) { return axis == "scale"; }
 
@@ -349,8 +351,13 @@ Scenario derive_scenario(const Scenario& base, const SweepPoint& point, std::vec
       // Generators become the explicit streams they drew, so every stream's count scales exactly.
       std::vector<StreamSpec> resolved = resolve_streams(s);
       s.streams.clear();
-      for (StreamSpec& st : resolved) {
-        st.tokens = static_cast<int>(std::max(1.0, std::round(st.tokens * f)));
+      for (size_t b = 0; b < resolved.size(); ++b) {
+        StreamSpec& st = resolved[b];
+        const double scaled = std::max(1.0, std::round(st.tokens * f));
+        if (!(scaled <= double(kMaxScaledTokens)))
+          throw InputError(fmt::format("scale={}: stream {} would have {:.0f} tokens ({} x {}), at most {} per stream",
+                                       value, b, scaled, st.tokens, value, kMaxScaledTokens));
+        st.tokens = static_cast<int>(scaled);
         StreamSource src;
         src.stream = st;
         s.streams.push_back(std::move(src));
@@ -440,8 +447,11 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
   std::vector<Scenario> bases;
   std::set<std::string> stems;
   for (const std::string& f : files) {
+    if (!valid_utf8(f))
+      throw InputError(f + ": the file name is not valid UTF-8; the sweep writes it into JSON (sweep.json) and names "
+                           "point files after it: rename the file");
     bases.push_back(load_scenario(f));
-    validate_resources(bases.back());
+    validate_resources(bases.back(), opt.limits);
     const std::string stem = fs::path(f).stem().string();
     if (!stems.insert(stem).second)
       throw InputError(fmt::format("{}: a second scenario file named {} (point files are named after it)", f, stem));
@@ -480,7 +490,7 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
         const Scenario d = derive_scenario(bases[i], p, &comment);
         write_text(yaml_path, scenario_yaml(d, comment));
         Scenario back = load_scenario(yaml_path);
-        validate_resources(back);
+        validate_resources(back, opt.limits);
         derived.push_back(std::move(back));
       } catch (const InputError& e) {
         pr.skipped = e.what();
@@ -505,11 +515,16 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
     std::vector<std::string> run_args;
     const std::string backend = res.gpus == 0 ? "host" : opt.run.backend;
     run_args.insert(run_args.end(), {"--backend", backend, "--no-color"});
-    if (opt.run.warmup >= 0) run_args.insert(run_args.end(), {"--warmup", std::to_string(opt.run.warmup)});
-    if (opt.run.repeat >= 0) run_args.insert(run_args.end(), {"--repeat", std::to_string(opt.run.repeat)});
-    if (opt.run.ref_sample >= 0) run_args.insert(run_args.end(), {"--ref-sample", std::to_string(opt.run.ref_sample)});
+    if (opt.run.warmup) run_args.insert(run_args.end(), {"--warmup", std::to_string(*opt.run.warmup)});
+    if (opt.run.repeat) run_args.insert(run_args.end(), {"--repeat", std::to_string(*opt.run.repeat)});
+    if (opt.run.ref_sample) run_args.insert(run_args.end(), {"--ref-sample", std::to_string(*opt.run.ref_sample)});
     for (const FaultInfo& f : all_faults())
       if (opt.run.inject.has(f.fault)) run_args.insert(run_args.end(), {"--inject", f.name});
+    // The ceilings the points were validated against hold when they run.
+    if (opt.limits.max_memory_bytes)
+      run_args.insert(run_args.end(), {"--max-memory", fmt::format("{}", *opt.limits.max_memory_bytes / 1e9)});
+    if (opt.limits.max_ref_flops)
+      run_args.insert(run_args.end(), {"--max-ref-gflop", fmt::format("{}", *opt.limits.max_ref_flops / 1e9)});
     // CTest hands the test its GPU as CTEST_RESOURCE_GROUP_0_GPUS="id:3,slots:1";
     // the device it sees is then that one alone (in nvidia-smi's PCI order).
     const std::string pick_gpu =

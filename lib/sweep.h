@@ -64,6 +64,7 @@ struct SweepOptions {
   bool ctest = false;               // write a CTest project instead of running
   int gpus = -1;                    // --ctest: GPUs in the spec; -1: count with `nvidia-smi -L`
   std::string tool;                 // --ctest: absolute path of prefill-bench
+  ResourceLimits limits;            // every point's resource estimate is held to these
 };
 
 struct SweepPointResult {

@@ -3,8 +3,8 @@
 # (scenarios/*.yaml), writing results/new.json and results/junit.xml (for the CI
 # server's test view), then compares against BASE:
 #   prefill-bench compare BASE.json results/new.json --json results/compare.json
-# Exit: 2 bad input; 1 a check failed in the run or compare found a regression;
-# 0 otherwise. Without BASE.json (the first run), only the run counts and
+# Exit: 2 bad input; 3 an internal error in the run; 1 a check failed in the run
+# or compare found a regression; 0 otherwise. Without BASE.json (the first run), only the run counts and
 # results/new.json is the baseline to keep. Extra arguments go to `run` (e.g.
 # --backend cuda); PB_COMPARE_ARGS go to compare (e.g. "--time-threshold 0.05").
 set -uo pipefail

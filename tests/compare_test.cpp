@@ -197,11 +197,12 @@ TEST(Compare, FewSamplesAreNotJudged) {
 
 TEST(Compare, TimeWithinThresholdIsSame) {
   RunResult a = run(), b = run();
-  b.timings[2] = timing(0, "attention", 0.270, 0.265, 0.275);  // +8%, spreads apart
-  EXPECT_EQ(kernel(compare({a}, {b}), 0, "attention").verdict, TimeVerdict::same);
-  CompareOptions strict;
-  strict.time_threshold = 0.05;
-  const CompareResult r = compare({a}, {b}, strict);
+  a.timings[2] = timing(0, "attention", 0.250, 0.245, 0.250);  // range 0.245..0.275
+  b.timings[2] = timing(0, "attention", 0.290, 0.280, 0.292);  // +16%, ranges apart
+  CompareOptions loose;
+  loose.time_threshold = 0.20;
+  EXPECT_EQ(kernel(compare({a}, {b}, loose), 0, "attention").verdict, TimeVerdict::same);
+  const CompareResult r = compare({a}, {b});
   EXPECT_EQ(kernel(r, 0, "attention").verdict, TimeVerdict::slow);
   EXPECT_TRUE(r.regressed());
 }
@@ -271,27 +272,161 @@ TEST(Compare, PassToFailOfAnyCheckFails) {
   EXPECT_EQ(check(compare({broken}, {broken}), kCheckCausalBound).verdict, "still failing");
 }
 
-TEST(Compare, WhatIsInOneReportOnlyIsListedNotFailed) {
+// A scenario that vanished from NEW is a regression (it proves less); one only in
+// NEW is listed; a kernel only in one report is listed.
+TEST(Compare, VanishedScenarioFailsNewOneIsListed) {
   RunResult base_only = run("gone"), new_only = run("added");
   RunResult fewer = run();
   fewer.timings.pop_back();  // L1 gdn only in BASE
   const CompareResult r = compare({run(), base_only}, {fewer, new_only});
-  EXPECT_FALSE(r.regressed());
+  EXPECT_TRUE(r.regressed());
   ASSERT_EQ(r.scenarios.size(), 3u);
+  EXPECT_FALSE(r.scenarios[0].regressed());
   EXPECT_TRUE(r.scenarios[1].in_base && !r.scenarios[1].in_new);
+  EXPECT_TRUE(r.scenarios[1].regressed());
   EXPECT_TRUE(!r.scenarios[2].in_base && r.scenarios[2].in_new);
+  EXPECT_FALSE(r.scenarios[2].regressed());
   EXPECT_EQ(kernel(r, 1, "gdn").verdict, TimeVerdict::only_base);
-  ASSERT_EQ(r.warnings.size(), 1u);
-  EXPECT_EQ(r.warnings[0], "scenario gone [cuda] only in BASE: it vanished from NEW");
+  ASSERT_EQ(r.regressions.size(), 1u);
+  EXPECT_EQ(r.regressions[0], "scenario gone [cuda] only in BASE: it vanished from NEW");
+  EXPECT_TRUE(r.warnings.empty());
   const std::string table = format_compare(r, false);
   expect_fits(table);
-  EXPECT_TRUE(contains(table, "gone [cuda]: only in BASE"));
+  EXPECT_TRUE(contains(table, "gone [cuda]: only in BASE (vanished from NEW: REGRESSED)"));
   EXPECT_TRUE(contains(table, "added [cuda]: only in NEW"));
   EXPECT_TRUE(contains(lines_of(table).back(), "1 matched, 1 only in BASE, 1 only in NEW")) << table;
-  // The same name on another backend is another scenario.
-  const CompareResult other = compare({run("smoke", "cuda")}, {run("smoke", "host")});
-  EXPECT_EQ(other.scenarios.size(), 2u);
-  EXPECT_FALSE(other.regressed());
+  // The same name on another backend is another scenario: with nothing in common, refused.
+  EXPECT_THROW(compare({run("smoke", "cuda")}, {run("smoke", "host")}), InputError);
+  const CompareResult both = compare({run("smoke", "cuda")}, {run("smoke", "cuda"), run("smoke", "host")});
+  EXPECT_EQ(both.scenarios.size(), 2u);
+  EXPECT_FALSE(both.regressed());
+}
+
+// A check that ran in BASE and not in NEW (switched off, or gone from the report)
+// fails the gate; so does a NEW run that stopped on an error.
+TEST(Compare, CheckThatStoppedRunningOrAnErrorFails) {
+  RunResult off = run();
+  off.checks[5].ran = false;
+  off.checks[5].not_run_why = "not in the scenario's checks list";
+  CompareResult r = compare({run()}, {off});
+  EXPECT_TRUE(r.regressed());
+  EXPECT_EQ(check(r, kCheckState).verdict, "REGRESSED (not run in NEW)");
+  ASSERT_EQ(r.regressions.size(), 1u);
+  EXPECT_TRUE(contains(r.regressions[0], "check state ran in BASE but not in NEW (not in the scenario's checks list)"));
+  RunResult gone = run();
+  gone.checks.erase(gone.checks.begin() + 5);
+  r = compare({run()}, {gone});
+  EXPECT_TRUE(r.regressed());
+  EXPECT_EQ(check(r, kCheckState).verdict, "REGRESSED (missing from NEW)");
+  // A check that did not run in BASE either is not a regression.
+  RunResult base_off = off;
+  EXPECT_FALSE(compare({base_off}, {off}).regressed());
+  RunResult err = run();
+  err.error = "out of memory (std::bad_alloc)";
+  r = compare({run()}, {err});
+  EXPECT_TRUE(r.regressed());
+  EXPECT_TRUE(contains(r.regressions.at(0), "NEW stopped on an error: out of memory")) << r.regressions.at(0);
+}
+
+// Vacuous comparisons are refused: they would pass while proving nothing.
+TEST(Compare, RefusesVacuousComparisonsAndBadOptions) {
+  auto refusal = [](const std::vector<RunResult>& base, const std::vector<RunResult>& next,
+                    const CompareOptions& o = {}) -> std::string {
+    try {
+      compare(base, next, o);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_TRUE(contains(refusal({run()}, {}), "NEW.json: $.runs: the report holds no run")) << refusal({run()}, {});
+  EXPECT_TRUE(contains(refusal({}, {run()}), "BASE.json: $.runs: the report holds no run"));
+  RunResult profile = run();
+  for (CheckResult& c : profile.checks) c.ran = false, c.not_run_why = "--profile: no checks";
+  EXPECT_TRUE(contains(refusal({run()}, {profile}), "NEW.json: no check ran in any of its 1 runs"));
+  EXPECT_TRUE(contains(refusal({run("a")}, {run("b")}), "BASE.json and NEW.json have no scenario in common"));
+  for (double bad : {kNaN, std::numeric_limits<double>::infinity(), 0.0, -1.0, 0.5}) {
+    CompareOptions o;
+    o.error_factor = bad;
+    EXPECT_TRUE(contains(refusal({run()}, {run()}, o), "--error-factor: expected")) << bad;
+  }
+  for (double bad : {kNaN, 0.0, -1e-6}) {
+    CompareOptions floor, threshold;
+    floor.error_floor = bad;
+    threshold.time_threshold = bad;
+    EXPECT_TRUE(contains(refusal({run()}, {run()}, floor), "--error-floor: expected a finite positive number")) << bad;
+    EXPECT_TRUE(contains(refusal({run()}, {run()}, threshold), "--time-threshold: expected a finite positive number"))
+        << bad;
+  }
+  // The same reports with good options compare.
+  EXPECT_EQ(refusal({run()}, {run()}), "");
+  // With NaN as the factor a 100x error growth would have passed: it is refused instead.
+  CompareOptions nan_factor;
+  nan_factor.error_factor = kNaN;
+  RunResult worse = run();
+  worse.checks[2].figures[0].max_abs = 0.1;
+  EXPECT_NE(refusal({run()}, {worse}, nan_factor), "");
+}
+
+// Host timings are a shared CPU's clock: a SLOW on host is reported, not gated,
+// unless --gate-host-time. The same slowdown on CUDA fails the gate.
+TEST(Compare, HostTimingIsReportedNotGatedUnlessAsked) {
+  RunResult base = run("smoke", "host"), slow = run("smoke", "host");
+  base.timings[2] = timing(0, "attention", 0.250, 0.240, 0.260);
+  slow.timings[2] = timing(0, "attention", 0.349, 0.330, 0.360);  // +39.6%, ranges apart
+  CompareResult r = compare({base}, {slow});
+  EXPECT_EQ(kernel(r, 0, "attention").verdict, TimeVerdict::slow);
+  EXPECT_FALSE(kernel(r, 0, "attention").gated);
+  EXPECT_FALSE(r.regressed());
+  const std::string table = format_compare(r, false);
+  expect_fits(table);
+  EXPECT_TRUE(contains(table, "SLOW (host, not gated)")) << table;
+  EXPECT_TRUE(contains(table, "host timing, not gated (--gate-host-time gates it)")) << table;
+  EXPECT_EQ(compare_json(r).at("scenarios")[0].at("kernels")[2].at("gated"), false);
+  CompareOptions gate;
+  gate.gate_host_time = true;
+  r = compare({base}, {slow}, gate);
+  EXPECT_TRUE(r.regressed());
+  EXPECT_TRUE(kernel(r, 0, "attention").gated);
+  RunResult cuda_base = run(), cuda_slow = run();
+  cuda_base.timings[2] = base.timings[2];
+  cuda_slow.timings[2] = slow.timings[2];
+  EXPECT_TRUE(compare({cuda_base}, {cuda_slow}).regressed());
+}
+
+// Back to back on CUDA: a run whose clocks drifted shifts its median, but its
+// range still meets the other run's (one sample each side near the other's
+// median): with the whole range as the spread this is not SLOW. With min..q3 it was.
+TEST(Compare, BackToBackCudaRunsWithDriftAreNotSlow) {
+  RunResult a = run(), b = run();
+  a.timings[2] = timing(0, "attention", 0.250, 0.245, 0.255);
+  a.timings[2].max_ms = 0.262;
+  b.timings[2] = timing(0, "attention", 0.280, 0.261, 0.285);  // +12%, min under a's max
+  const CompareResult r = compare({a}, {b});
+  EXPECT_EQ(kernel(r, 0, "attention").verdict, TimeVerdict::ambiguous);
+  EXPECT_FALSE(r.regressed());
+  // min..q3 would have called it SLOW: b's min 0.261 is past a's q3 0.255.
+  EXPECT_GT(b.timings[2].min_ms, a.timings[2].q3_ms);
+}
+
+// Two back-to-back host runs of the same build with --repeat 5 (enough samples
+// to be judged) never fail the gate: host time is information.
+TEST(Compare, TwoHostRunsWithRepeatFivePass) {
+  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml");
+  RunOptions o;
+  o.backend = "host";
+  o.repeat = 5;
+  const RunResult a = run_scenario(s, o);
+  const RunResult b = run_scenario(s, o);
+  ASSERT_TRUE(a.passed());
+  ASSERT_EQ(a.timings.at(0).samples, 5);
+  const CompareResult r = compare_reports(parse_report(report_json({a}), "first.json"),
+                                          parse_report(report_json({b}), "second.json"), {});
+  EXPECT_FALSE(r.regressed()) << format_compare(r, false);
+  for (const KernelDelta& k : r.scenarios.at(0).kernels) {
+    EXPECT_NE(k.verdict, TimeVerdict::insufficient) << k.kernel;
+    EXPECT_FALSE(k.gated) << k.kernel;
+  }
 }
 
 TEST(Compare, NotesInputsThatDiffer) {
@@ -368,6 +503,7 @@ TEST(Compare, RefusesOtherSchemaVersionsAndMalformedJson) {
     }
     return "";
   };
+  const int v = kReportSchemaVersion;
   std::string m = message(good, v2);
   EXPECT_TRUE(contains(m, fmt::format("{} has schema_version {}, {} has schema_version {}", good, kReportSchemaVersion, v2, kReportSchemaVersion + 1))) << m;
   m = message(v2, v2);

@@ -377,6 +377,7 @@ TEST(ReportJson, ValidatesAgainstSchema) {
   // The schema is strict: an unknown field, a wrong version, a NaN-as-string fail.
   j["schema_version"] = kReportSchemaVersion + 1;
   j["runs"][0]["bogus"] = 1;
+  j["runs"][0]["verdict"] = "maybe";
   j["runs"][1]["checks"][2]["figures"][6]["max_abs"] = "nan";
   const std::string bad = temp_file("bad.json");
   write_json(bad, j);
@@ -384,6 +385,7 @@ TEST(ReportJson, ValidatesAgainstSchema) {
   EXPECT_EQ(run_command(validate + "'" + bad + "'", &out), 1) << out;
   EXPECT_NE(out.find("schema_version"), std::string::npos) << out;
   EXPECT_NE(out.find("bogus"), std::string::npos) << out;
+  EXPECT_NE(out.find("$.runs[0].verdict"), std::string::npos) << out;
   EXPECT_NE(out.find("$.runs[1].checks[2].figures[6].max_abs"), std::string::npos) << out;
   std::remove(good.c_str());
   std::remove(bad.c_str());

@@ -1,0 +1,61 @@
+// verdict.cpp: the verdict rules of verdict.h in one place.
+#include "verdict.h"
+
+#include "run.h"
+
+namespace pb {
+
+Verdict verdict(const RunResult& r) {
+  if (!r.error.empty()) return Verdict::error;
+  bool any_ran = false;
+  for (const CheckResult& c : r.checks) {
+    if (!c.ran) continue;
+    any_ran = true;
+    if (!c.passed) return Verdict::failed;
+  }
+  return any_ran ? Verdict::passed : Verdict::not_checked;
+}
+
+Verdict verdict(const std::vector<RunResult>& runs) {
+  bool failed = false, not_checked = runs.empty();
+  for (const RunResult& r : runs) {
+    const Verdict v = verdict(r);
+    if (v == Verdict::error) return Verdict::error;
+    failed = failed || v == Verdict::failed;
+    not_checked = not_checked || v == Verdict::not_checked;
+  }
+  if (failed) return Verdict::failed;
+  return not_checked ? Verdict::not_checked : Verdict::passed;
+}
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::passed: return "passed";
+    case Verdict::failed: return "failed";
+    case Verdict::not_checked: return "not_checked";
+    case Verdict::error: return "error";
+  }
+  return "error";
+}
+
+const char* verdict_label(Verdict v) {
+  switch (v) {
+    case Verdict::passed: return "PASS";
+    case Verdict::failed: return "FAIL";
+    case Verdict::not_checked: return "NOT CHECKED";
+    case Verdict::error: return "ERROR";
+  }
+  return "ERROR";
+}
+
+int exit_code(const std::vector<RunResult>& runs) {
+  bool failed = false;
+  for (const RunResult& r : runs) {
+    const Verdict v = verdict(r);
+    if (v == Verdict::error) return kExitInternal;
+    failed = failed || v == Verdict::failed;
+  }
+  return failed ? kExitFailed : kExitOk;
+}
+
+}  // namespace pb
