@@ -69,6 +69,8 @@ int main(int argc, char** argv) {
   run->add_option("files", files, "scenario YAML files")->required();
   run->add_option("--backend", opt.backend, "auto (cuda when a device is present), cuda or host")
       ->capture_default_str();
+  run->add_option("--kernels", opt.kernels, "run the layers on this kernel library (a .so exporting pb_kernel_table_get; docs/KERNEL-ABI.md)");
+  run->add_option("--impl", opt.impl, "kernel variants, KERNEL=VARIANT[,KERNEL=VARIANT] (e.g. attention=fp32,gdn=token)");
   run->add_option("--json", json_path, "write the JSON report here");
   run->add_option("--junit", junit_path, "write a JUnit XML report here (one testsuite per scenario, one testcase per check)");
   run->add_option("--inject", inject, "switch on a deliberate bug (repeatable; see `faults`)");
@@ -106,6 +108,8 @@ int main(int argc, char** argv) {
   sweep->add_option("--gpus", sw.gpus, "--ctest: GPUs in the resource spec (default: count from nvidia-smi -L)")
       ->check(CLI::NonNegativeNumber);
   sweep->add_option("--backend", sw.run.backend, "auto (cuda when a device is present), cuda or host")->capture_default_str();
+  sweep->add_option("--kernels", sw.run.kernels, "run every point on this kernel library (docs/KERNEL-ABI.md)");
+  sweep->add_option("--impl", sw.run.impl, "kernel variants, KERNEL=VARIANT[,KERNEL=VARIANT]");
   sweep->add_option("--inject", inject, "switch on a deliberate bug in every point (repeatable)")->allow_extra_args(false);
   sweep->add_option("--ref-sample", sw.run.ref_sample, "check K sampled rows per stream and head (0 = full)");
   sweep->add_option("--warmup", sw.run.warmup, "warm-up runs per layer (default: the scenario's)");
@@ -152,6 +156,7 @@ int main(int argc, char** argv) {
       opt.inject = parse_faults(inject);
       opt.progress = true;
       const std::vector<pb::Scenario> scenarios = load_all(files);
+      pb::validate_kernels(opt);
       std::vector<pb::RunResult> results;
       for (const pb::Scenario& s : scenarios) results.push_back(pb::run_scenario(s, opt));
       fmt::print("{}", pb::format_table(results, !no_color && isatty(1)));

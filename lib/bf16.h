@@ -37,5 +37,6 @@ inline float round_bf16(float f) { return to_float(to_bf16(f)); }
 
 // The poison value of the paged KV cache: a quiet NaN.
 constexpr uint16_t kBf16PoisonBits = 0x7fc1;
+constexpr uint16_t kBf16OutputPoisonBits = 0x7fd3;  // outputs before a kernel writes them
 
 }  // namespace pb

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "check_result.h"
+
 namespace pb {
 
 namespace {
@@ -79,6 +81,12 @@ Exposure fault_exposure(Fault f, const Scenario& s, const Batch& batch) {
     case Fault::h_state_ptr_swap:
       if (!gdn) return no("no gdn layer");
       return N >= 2 ? Exposure{} : no("one stream: there is no second pointer to swap with");
+    case Fault::gdn_state_race:
+      if (!gdn) return no("no gdn layer");
+      if (N * s.model.gdn.num_v_heads < 2) return no("one stream with one v head: no neighbour to race with");
+      if (!s.checks.empty() && std::count(s.checks.begin(), s.checks.end(), kCheckDeterminism) == 0)
+        return no("the scenario does not ask for the determinism check");
+      return Exposure{};
   }
   return Exposure{};
 }

@@ -37,8 +37,15 @@ const std::vector<FaultInfo>& all_faults() {
       {Fault::h_state_ptr_swap, "h-state-ptr-swap", kCheckState,
        "Exchanges the h_state pointers of streams 0 and 1, so each stream's recurrent state is read "
        "from and written to the other's storage (a mis-ordered per-stream state pointer array)."},
+      {Fault::gdn_state_race, "gdn-state-race", kCheckDeterminism,
+       "Lets each gdn work item read its neighbour's state before updating its own, so what it reads "
+       "depends on which ran first (a same-launch race between one CTA's state update and another's read)."},
   };
   return faults;
+}
+
+bool fault_in_kernels(Fault f) {
+  return f == Fault::causal_off_by_one || f == Fault::conv_state_bleed || f == Fault::gdn_state_race;
 }
 
 const FaultInfo& fault_info(Fault f) { return all_faults().at(static_cast<size_t>(f)); }

@@ -16,6 +16,7 @@ enum class Fault {
   mrope_hw_alias,           // staging: H and W positions alias T even for image tokens
   conv_state_bleed,         // backend: conv1d window reads the previous stream's tokens
   h_state_ptr_swap,         // caller: streams 0 and 1 exchange h_state pointers
+  gdn_state_race,           // kernel: a gdn work item reads a neighbour's state mid-update
 };
 
 struct FaultInfo {
@@ -26,6 +27,11 @@ struct FaultInfo {
 };
 
 const std::vector<FaultInfo>& all_faults();
+// True for a fault that lives inside our kernels: it reaches a kernel library
+// through set_option("fault", name), and a library that refuses the key does not
+// have it ("does not apply to library X"). The others are staging or caller faults
+// the harness injects whatever the library.
+bool fault_in_kernels(Fault f);
 const FaultInfo& fault_info(Fault f);
 // Throws InputError naming the known faults when `name` is not one.
 Fault parse_fault(const std::string& name);

@@ -105,6 +105,24 @@ json timing_json(const KernelTiming& t) {
           {"gbps", real(t.gbps())}};
 }
 
+json kernels_json(const KernelLibraryInfo& k) {
+  return {{"name", k.name},
+          {"version", k.version},
+          {"path", k.path},
+          {"sha256", k.sha256},
+          {"device", k.device},
+          {"abi_version", k.abi_version},
+          {"entries", k.entries},
+          {"schedule", k.schedule},
+          {"describe", k.describe}};
+}
+
+json skipped_json(const std::vector<SkippedLayer>& skipped) {
+  json out = json::array();
+  for (const SkippedLayer& s : skipped) out.push_back({{"layer", s.layer}, {"why", s.why}});
+  return out;
+}
+
 json run_json(const RunResult& r) {
   json checks = json::array();
   for (const CheckResult& c : r.checks) checks.push_back(check_json(c));
@@ -113,6 +131,9 @@ json run_json(const RunResult& r) {
   return {{"scenario", scenario_json(r)},
           {"backend", r.backend},
           {"device", device_json(r.device)},
+          {"kernels", kernels_json(r.library)},
+          {"skipped_layers", skipped_json(r.skipped_layers)},
+          {"output_checksums", r.output_checksums},
           {"faults_injected", fault_names(r.faults)},
           {"ref_sample", r.ref_sample},
           {"streams", streams_json(r.streams)},
