@@ -128,12 +128,10 @@ json run_json(const RunResult& r) {
   for (const CheckResult& c : r.checks) checks.push_back(check_json(c));
   json timings = json::array();
   for (const KernelTiming& t : r.timings) timings.push_back(timing_json(t));
-  return {{"scenario", scenario_json(r)},
+  json run = {{"scenario", scenario_json(r)},
           {"backend", r.backend},
           {"device", device_json(r.device)},
-          {"kernels", kernels_json(r.library)},
-          {"skipped_layers", skipped_json(r.skipped_layers)},
-          {"output_checksums", r.output_checksums},
+
           {"faults_injected", fault_names(r.faults)},
           {"ref_sample", r.ref_sample},
           {"streams", streams_json(r.streams)},
@@ -141,6 +139,12 @@ json run_json(const RunResult& r) {
           {"timings", timings},
           {"wall_s", real(r.wall_s)},
           {"passed", r.passed()}};
+  if (!r.library.name.empty()) {  // a run made through a kernel library (every run of the tool)
+    run["kernels"] = kernels_json(r.library);
+    run["skipped_layers"] = skipped_json(r.skipped_layers);
+    run["output_checksums"] = r.output_checksums;
+  }
+  return run;
 }
 
 }  // namespace

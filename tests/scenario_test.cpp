@@ -377,7 +377,7 @@ TEST(ScenarioErrors, FileNotFound) {
 
 TEST(ScenarioFaults, TableIsCompleteAndRoundTrips) {
   const auto& faults = all_faults();
-  ASSERT_EQ(faults.size(), 9u);
+  ASSERT_EQ(faults.size(), 10u);
   std::set<std::string> names;
   for (size_t i = 0; i < faults.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(faults[i].fault), i);
@@ -395,6 +395,7 @@ TEST(ScenarioFaults, TableIsCompleteAndRoundTrips) {
   EXPECT_STREQ(fault_info(Fault::mrope_hw_alias).must_trip, "positions");
   EXPECT_STREQ(fault_info(Fault::conv_state_bleed).must_trip, "state");
   EXPECT_STREQ(fault_info(Fault::h_state_ptr_swap).must_trip, "state");
+  EXPECT_STREQ(fault_info(Fault::gdn_state_race).must_trip, "determinism");
   EXPECT_THROW(parse_fault("kv_lens_max"), InputError);
 }
 
