@@ -1,6 +1,6 @@
 // gdn_chunked.h: the chunked (WY / UT-transform) Gated DeltaNet prefill kernel,
 // same contract and arguments as launch_gdn (kernels/kernels.h), which stays the
-// oracle (PB_GDN_KERNEL=token in the CUDA backend).
+// oracle (--impl gdn=token, kernels/kernel_table.cu).
 // Invariants: reference/reference.h's math with an fp32 state, fp32 sums and
 // tf32 (tensor-core) operands in the chunk's matrix products (the .cu says why
 // that keeps the tolerance); S f32 read from and written back to h_state_ptrs[b]

@@ -83,7 +83,7 @@ cudaError_t launch_gdn(cudaStream_t stream, const LayerShape& shape, uint32_t ba
                        const int32_t* stream_order, const bf16* conv_out, const float* g,
                        const float* beta, bf16* out);
 // (kernels/gdn_chunked.h: the chunked form, same arguments; the CUDA backend's
-// default, this one the oracle under PB_GDN_KERNEL=token.)
+// default, this one the oracle under --impl gdn=token.)
 // The streams by token count (host copy), longest first.
 std::vector<int32_t> plan_gdn_order(const std::vector<int32_t>& cu_seqlens_host);
 
