@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "lib/bf16.h"
+#include "kernels/kernels.h"
 #include "lib/metadata.h"
 
 namespace pb::kernels {
@@ -20,9 +21,6 @@ namespace pb::kernels {
 // True when launch_gdn_chunked takes this shape.
 bool gdn_chunked_supports(const LayerShape& shape);
 
-cudaError_t launch_gdn_chunked(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
-                               uint32_t total_tokens, uint64_t cu_seqlens, uint64_t h_state_ptrs,
-                               const int32_t* stream_order, const bf16* conv_out, const float* g,
-                               const float* beta, bf16* out);
+cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args);
 
 }  // namespace pb::kernels

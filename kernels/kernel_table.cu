@@ -281,20 +281,25 @@ pb_status attention(void* ctx, const pb_attn_layer_args* a, void* stream, char* 
   const uint64_t w = a->workspace.data;
   const pb_batched_attn_metadata& m = a->metadata;
   const int variant = attention_variant(c, shape);
+  AttnArgs args;
+  args.shape = shape;
+  args.batch_size = m.batch_size;
+  args.total_tokens = m.total_tokens;
+  args.max_blocks_per_seq = m.max_blocks_per_seq;
+  args.cu_seqlens = m.cu_seqlens;
+  args.kv_lens = m.kv_lens;
+  args.block_table_ptrs = m.block_table_ptrs;
+  args.work = ws<const AttnWorkItem>(w, l.work);
+  args.num_work = static_cast<int>(c.work.size());
+  args.q_rot = ws<const bf16>(w, l.q_rot);
+  args.k_cache = reinterpret_cast<const bf16*>(a->k_cache.data);
+  args.v_cache = reinterpret_cast<const bf16*>(a->v_cache.data);
+  args.out = reinterpret_cast<bf16*>(a->out.data);
+  args.scale = a->shape.scale;
+  args.causal_off_by_one = c.causal_off_by_one;
+  args.variant = variant;
   const auto st = static_cast<cudaStream_t>(stream);
-  const auto* work = ws<const AttnWorkItem>(w, l.work);
-  const int n = static_cast<int>(c.work.size());
-  const auto* q_rot = ws<const bf16>(w, l.q_rot);
-  const auto* kc = reinterpret_cast<const bf16*>(a->k_cache.data);
-  const auto* vc = reinterpret_cast<const bf16*>(a->v_cache.data);
-  auto* out = reinterpret_cast<bf16*>(a->out.data);
-  const cudaError_t e =
-      variant != -2
-          ? launch_attention_mma(st, shape, m.batch_size, m.total_tokens, m.max_blocks_per_seq, m.cu_seqlens,
-                                 m.kv_lens, m.block_table_ptrs, work, n, q_rot, kc, vc, out, a->shape.scale,
-                                 c.causal_off_by_one, variant)
-          : launch_attention(st, shape, m.batch_size, m.total_tokens, m.max_blocks_per_seq, m.cu_seqlens, m.kv_lens,
-                             m.block_table_ptrs, work, n, q_rot, kc, vc, out, a->shape.scale, c.causal_off_by_one);
+  const cudaError_t e = variant != -2 ? launch_attention_mma(st, args) : launch_attention(st, args);
   return from_cuda(e, variant != -2 ? "attention (tensor cores)" : "attention (fp32)", msg, msg_len);
 }
 
@@ -339,13 +344,20 @@ pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, si
   const LayerShape shape = ssm_shape(a->shape);
   const SsmLayout l = ssm_layout(a->shape, m.total_tokens, m.batch_size);
   const uint64_t w = a->workspace.data;
-  const auto st = static_cast<cudaStream_t>(stream);
   const bool chunked = gdn_chunked(c, shape);
-  const auto fn = chunked ? launch_gdn_chunked : launch_gdn;
-  return from_cuda(fn(st, shape, m.batch_size, m.total_tokens, m.cu_seqlens, a->h_state_ptrs,
-                      ws<const int32_t>(w, l.order), ws<const bf16>(w, l.conv_out),
-                      reinterpret_cast<const float*>(a->g.data), reinterpret_cast<const float*>(a->beta.data),
-                      reinterpret_cast<bf16*>(a->out.data)),
+  GdnArgs args;
+  args.shape = shape;
+  args.batch_size = m.batch_size;
+  args.total_tokens = m.total_tokens;
+  args.cu_seqlens = m.cu_seqlens;
+  args.h_state_ptrs = a->h_state_ptrs;
+  args.stream_order = ws<const int32_t>(w, l.order);
+  args.conv_out = ws<const bf16>(w, l.conv_out);
+  args.g = reinterpret_cast<const float*>(a->g.data);
+  args.beta = reinterpret_cast<const float*>(a->beta.data);
+  args.out = reinterpret_cast<bf16*>(a->out.data);
+  const auto st = static_cast<cudaStream_t>(stream);
+  return from_cuda(chunked ? launch_gdn_chunked(st, args) : launch_gdn(st, args),
                    chunked ? "gdn (chunked)" : "gdn (token)", msg, msg_len);
 }
 
