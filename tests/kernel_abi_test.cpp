@@ -5,6 +5,7 @@
 // the library. The CLI tests in CMakeLists.txt cover --kernels' refusals.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 #include "lib/backend.h"
@@ -117,6 +118,54 @@ TEST(Schedule, HostKernelsOrderIndependent) {
       sums[schedule] = outputs_checksum(backend->read_layer(layer));
     }
     EXPECT_EQ(sums[0], sums[1]) << "layer " << layer;
+  }
+}
+
+}  // namespace
+}  // namespace pb
+
+namespace pb {
+namespace {
+
+// Our host kernels survive any bytes in scratch: cu_seqlens out of order and
+// past T, kv_lens huge or negative, slots and block ids outside the cache. Every
+// read stays in bounds (the ASan build runs this too); nothing throws.
+TEST(HostKernels, GarbageMetadataStaysInBounds) {
+  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml");
+  const Batch batch = generate_batch(s);
+  const LayerShape shape = layer_shape(s, batch);
+  auto backend = make_host_backend();
+  const StagedLayout L = compute_layout(batch.num_streams, batch.total_tokens, s.model.mrope.enabled);
+  const ScratchPlan plan = plan_scratch(L, 0);
+  backend->allocate(batch, shape, plan.capacity, plan_table_arena(batch).bytes);
+  StagedImage img = stage_batch(batch, s.model.mrope.enabled, 0, backend->scratch_base(), backend->arena_base(), FaultSet{});
+  const uint64_t base = backend->scratch_base();
+  const int N = batch.num_streams, T = batch.total_tokens;
+  auto put = [&](uint64_t address, const auto& values) {
+    std::memcpy(img.scratch.data() + (address - base), values.data(), values.size() * sizeof(values[0]));
+  };
+  std::vector<int32_t> cu(N + 1), kv(N);
+  for (int b = 0; b <= N; ++b) cu[b] = b % 2 ? T + 1000 : -7 * b;  // out of order, negative, past T
+  for (int b = 0; b < N; ++b) kv[b] = b % 2 ? 1 << 30 : -5;
+  std::vector<int64_t> slots(T);
+  for (int r = 0; r < T; ++r) slots[r] = r % 2 ? -1 : int64_t(1) << 40;
+  put(img.meta.cu_seqlens, cu);
+  put(img.meta.kv_lens, kv);
+  put(img.meta.slot_stacked, slots);
+  // Block ids outside the cache in every table.
+  std::vector<uint8_t> arena = img.arena;
+  for (size_t i = 0; i + 4 <= arena.size(); i += 4) {
+    const int32_t bad = static_cast<int32_t>(i % 8 ? 1 << 29 : -3);
+    std::memcpy(arena.data() + i, &bad, 4);
+  }
+  backend->upload_metadata(img.scratch, arena);
+  for (int layer = 0; layer < 2; ++layer) {
+    std::vector<uint64_t> ptrs;
+    for (int b = 0; b < N; ++b) ptrs.push_back(backend->h_state_address(layer, b));
+    backend->reset_layer(layer);
+    backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
+    for (uint32_t schedule : {0u, 1u})
+      EXPECT_NO_THROW(backend->run_layer(layer, img.meta, base + img.plan.h_state_ptrs, schedule)) << layer;
   }
 }
 
