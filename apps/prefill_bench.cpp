@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
   run->add_option("files", files, "scenario YAML files")->required();
   run->add_option("--backend", opt.backend, "auto (cuda when a device is present), cuda or host")
       ->capture_default_str()->check(CLI::IsMember({"auto", "cuda", "host"}));
+  run->add_option("--kernels", opt.kernels, "run the layers on this kernel library (a .so exporting pb_kernel_table_get; docs/KERNEL-ABI.md)");
+  run->add_option("--impl", opt.impl, "kernel variants, KERNEL=VARIANT[,KERNEL=VARIANT] (e.g. attention=fp32,gdn=token)");
   run->add_option("--json", json_path, "write the JSON report here");
   run->add_option("--junit", junit_path, "write a JUnit XML report here (one testsuite per scenario, one testcase per check)");
   run->add_option("--inject", inject, "switch on a deliberate bug (repeatable; see `faults`)");
@@ -165,6 +167,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   sweep->add_option("--backend", sw.run.backend, "auto (cuda when a device is present), cuda or host")
       ->capture_default_str()->check(CLI::IsMember({"auto", "cuda", "host"}));
+  sweep->add_option("--kernels", sw.run.kernels, "run every point on this kernel library (docs/KERNEL-ABI.md)");
+  sweep->add_option("--impl", sw.run.impl, "kernel variants, KERNEL=VARIANT[,KERNEL=VARIANT]");
   sweep->add_option("--inject", inject, "switch on a deliberate bug in every point (repeatable)")->allow_extra_args(false);
   sweep->add_option("--ref-sample", sw.run.ref_sample, "check K sampled rows per stream and head (0 = full)")
       ->check(CLI::Range(0, kMaxRefSample));
@@ -219,6 +223,7 @@ int main(int argc, char** argv) {
       opt.inject = parse_faults(inject);
       opt.progress = true;
       const std::vector<pb::Scenario> scenarios = load_all(files, limit_flags.limits(opt.backend, opt.ref_sample));
+      pb::validate_kernels(opt);
       const pb::SuiteResult suite = pb::run_suite(scenarios, opt);
       const std::vector<pb::RunResult>& results = suite.runs;
       const int stop_code = suite.stop_code;

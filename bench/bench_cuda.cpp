@@ -174,13 +174,28 @@ struct DeviceBatch {
     auto* ob = static_cast<pb::bf16*>(out);
     const uint64_t c = reinterpret_cast<uint64_t>(cu_d), l = reinterpret_cast<uint64_t>(kv_d),
                    t = reinterpret_cast<uint64_t>(ptrs);
-    if (variant == kFp32)
-      return pb::kernels::launch_attention(st, shape, N, T, max_blocks, c, l, t,
-                                           static_cast<const pb::kernels::AttnWorkItem*>(work32), n_work32, qb, kb,
-                                           vb, ob, scale, false);
-    return pb::kernels::launch_attention_mma(st, shape, N, T, max_blocks, c, l, t,
-                                             static_cast<const pb::kernels::AttnWorkItem*>(work_mma), n_work_mma,
-                                             qb, kb, vb, ob, scale, false, variant);
+    pb::kernels::AttnArgs a;
+    a.shape = shape;
+    a.batch_size = N;
+    a.total_tokens = T;
+    a.max_blocks_per_seq = max_blocks;
+    a.cu_seqlens = c;
+    a.kv_lens = l;
+    a.block_table_ptrs = t;
+    a.q_rot = qb;
+    a.k_cache = kb;
+    a.v_cache = vb;
+    a.out = ob;
+    a.scale = scale;
+    if (variant == kFp32) {
+      a.work = static_cast<const pb::kernels::AttnWorkItem*>(work32);
+      a.num_work = n_work32;
+      return pb::kernels::launch_attention(st, a);
+    }
+    a.work = static_cast<const pb::kernels::AttnWorkItem*>(work_mma);
+    a.num_work = n_work_mma;
+    a.variant = variant;
+    return pb::kernels::launch_attention_mma(st, a);
   }
 };
 

@@ -143,12 +143,23 @@ struct DeviceBatch {
 
   const pb::WorkCount& work(Kernel k) const { return k == Kernel::conv1d ? conv_work : gdn_work; }
   cudaError_t launch(Kernel k, cudaStream_t st) const {
-    const uint64_t c = reinterpret_cast<uint64_t>(cu), p = reinterpret_cast<uint64_t>(h_state_ptrs);
+    const uint64_t c = reinterpret_cast<uint64_t>(cu);
+    pb::kernels::GdnArgs a;
+    a.shape = shape;
+    a.batch_size = N;
+    a.total_tokens = T;
+    a.cu_seqlens = c;
+    a.h_state_ptrs = reinterpret_cast<uint64_t>(h_state_ptrs);
+    a.stream_order = order;
+    a.conv_out = conv_out;
+    a.g = g;
+    a.beta = beta;
+    a.out = out;
     switch (k) {
       case Kernel::chunked:
-        return pb::kernels::launch_gdn_chunked(st, shape, N, T, c, p, order, conv_out, g, beta, out);
+        return pb::kernels::launch_gdn_chunked(st, a);
       case Kernel::token:
-        return pb::kernels::launch_gdn(st, shape, N, T, c, p, order, conv_out, g, beta, out);
+        return pb::kernels::launch_gdn(st, a);
       case Kernel::conv1d:
         return pb::kernels::launch_conv1d(st, shape, N, T, c, x, conv_w, conv_state, conv_out, false);
     }

@@ -36,7 +36,7 @@ void BM_HostLayer(benchmark::State& state, const char* name, int layer) {
   const Scenario& s = scenario(name);
   const Batch batch = generate_batch(s);
   const LayerShape shape = layer_shape(s, batch);
-  auto backend = make_host_backend(FaultSet{});
+  auto backend = make_host_backend();
   const StagedLayout L = compute_layout(batch.num_streams, batch.total_tokens, s.model.mrope.enabled);
   const ScratchPlan plan = plan_scratch(L, 0);
   backend->allocate(batch, shape, plan.capacity, plan_table_arena(batch).bytes);

@@ -877,19 +877,16 @@ std::vector<AttnWorkItem> plan_attention_mma_work(const LayerShape& shape,
   return plan_attention_tiles(attention_mma_rows_per_tile(shape), cu_seqlens_host, kv_lens_host);
 }
 
-cudaError_t launch_attention_mma(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
-                                 uint32_t total_tokens, uint32_t max_blocks_per_seq,
-                                 uint64_t cu_seqlens, uint64_t kv_lens, uint64_t block_table_ptrs,
-                                 const AttnWorkItem* work, int num_work, const bf16* q_rot,
-                                 const bf16* k_cache, const bf16* v_cache, bf16* out, float scale,
-                                 bool causal_off_by_one, int variant) {
+cudaError_t launch_attention_mma(cudaStream_t stream, const AttnArgs& a) {
+  const LayerShape& shape = a.shape;
+  int variant = a.variant;
   if (!attention_mma_supported(shape)) return cudaErrorInvalidValue;
-  if (num_work <= 0 || total_tokens == 0) return cudaSuccess;
+  if (a.num_work <= 0 || a.total_tokens == 0) return cudaSuccess;
   const GroupSplit g = mma_group_split(shape);
   MmaParams p;
-  p.batch_size = static_cast<int>(batch_size);
-  p.total_tokens = static_cast<int>(total_tokens);
-  p.max_blocks_per_seq = static_cast<int>(max_blocks_per_seq);
+  p.batch_size = static_cast<int>(a.batch_size);
+  p.total_tokens = static_cast<int>(a.total_tokens);
+  p.max_blocks_per_seq = static_cast<int>(a.max_blocks_per_seq);
   p.num_q_heads = shape.num_q_heads;
   p.num_kv_heads = shape.num_kv_heads;
   p.group = g.group;
@@ -901,17 +898,17 @@ cudaError_t launch_attention_mma(cudaStream_t stream, const LayerShape& shape, u
   for (int sh = 0; sh < 31; ++sh)
     if ((1 << sh) == shape.block_size) p.block_shift = sh;
   p.num_blocks = shape.num_blocks;
-  p.bound_extra = causal_off_by_one ? 1 : 0;
-  p.scale_log2 = scale * 1.4426950408889634f;
-  p.cu_seqlens = reinterpret_cast<const int32_t*>(cu_seqlens);
-  p.kv_lens = reinterpret_cast<const int32_t*>(kv_lens);
-  p.block_table_ptrs = reinterpret_cast<const uint64_t*>(block_table_ptrs);
-  p.work = work;
-  p.q_rot = reinterpret_cast<const uint16_t*>(q_rot);
-  p.k_cache = reinterpret_cast<const uint16_t*>(k_cache);
-  p.v_cache = reinterpret_cast<const uint16_t*>(v_cache);
-  p.out = reinterpret_cast<uint16_t*>(out);
-  const long long grid = static_cast<long long>(num_work) * shape.num_kv_heads * g.head_chunks;
+  p.bound_extra = a.causal_off_by_one ? 1 : 0;
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.cu_seqlens = reinterpret_cast<const int32_t*>(a.cu_seqlens);
+  p.kv_lens = reinterpret_cast<const int32_t*>(a.kv_lens);
+  p.block_table_ptrs = reinterpret_cast<const uint64_t*>(a.block_table_ptrs);
+  p.work = a.work;
+  p.q_rot = reinterpret_cast<const uint16_t*>(a.q_rot);
+  p.k_cache = reinterpret_cast<const uint16_t*>(a.k_cache);
+  p.v_cache = reinterpret_cast<const uint16_t*>(a.v_cache);
+  p.out = reinterpret_cast<uint16_t*>(a.out);
+  const long long grid = static_cast<long long>(a.num_work) * shape.num_kv_heads * g.head_chunks;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidValue;
   const unsigned gr = static_cast<unsigned>(grid);
   if (variant < 0) variant = attention_mma_default_variant(shape.head_dim);

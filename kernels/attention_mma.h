@@ -25,16 +25,11 @@ std::vector<AttnWorkItem> plan_attention_mma_work(const LayerShape& shape,
                                                   const std::vector<int32_t>& cu_seqlens_host,
                                                   const std::vector<int32_t>& kv_lens_host);
 // Same arguments and semantics as launch_attention; `work` from plan_attention_mma_work.
-// `variant` picks a tuning variant (-1: attention_mma_default_variant(head_dim);
+// `args.variant` picks a tuning variant (-1: attention_mma_default_variant(head_dim);
 // attention_mma_variants() lists them) so a benchmark can compare them in one
 // run. Variants >= kFirstWgmmaVariant are the Hopper wgmma kernel (version 3):
 // cudaErrorInvalidDeviceFunction on a device that is not compute capability 9.0.
-cudaError_t launch_attention_mma(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
-                                 uint32_t total_tokens, uint32_t max_blocks_per_seq,
-                                 uint64_t cu_seqlens, uint64_t kv_lens, uint64_t block_table_ptrs,
-                                 const AttnWorkItem* work, int num_work, const bf16* q_rot,
-                                 const bf16* k_cache, const bf16* v_cache, bf16* out, float scale,
-                                 bool causal_off_by_one, int variant = -1);
+cudaError_t launch_attention_mma(cudaStream_t stream, const AttnArgs& args);
 
 constexpr int kFirstWgmmaVariant = 8;
 // The variant launch_attention_mma runs for variant -1.

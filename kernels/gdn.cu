@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "kernels/common.cuh"
+#include "kernels/gdn_params.cuh"
 #include "kernels/kernels.h"
 
 namespace pb::kernels {
@@ -43,19 +44,6 @@ struct GdnTile {
 
 namespace {
 
-struct GdnParams {
-  int batch_size, total_tokens;
-  int num_k_heads, num_v_heads, k_dim, v_dim, conv_dim;
-  int row_blocks;  // CTAs per (stream, v head)
-  float inv_sqrt_dk;
-  const int32_t* cu_seqlens;
-  const uint64_t* h_state_ptrs;
-  const int32_t* order;
-  const uint16_t* conv_out;
-  const float* g;
-  const float* beta;
-  uint16_t* out;
-};
 
 // Version 2: lane (group grp, sub s) of warp w holds S rows
 // w*RowsPerWarp + grp*RowsPerLane + rr and, of each, the float4 chunks s + 8e.
@@ -88,11 +76,11 @@ __global__ void __launch_bounds__(GdnConfig::kWarps * 32, (GdnTile<KP, StateRegs
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = lane >> 3, sub = lane & 7;
-  const int per_stream = p.num_v_heads * p.row_blocks;
+  const int per_stream = p.num_v_heads * p.blocks;
   const int ob = blockIdx.x / per_stream;
   const int rem = blockIdx.x - ob * per_stream;
-  const int h = rem / p.row_blocks;
-  const int rb = rem - h * p.row_blocks;
+  const int h = rem / p.blocks;
+  const int rb = rem - h * p.blocks;
   const int b = p.order ? p.order[ob] : ob;
   if (b < 0 || b >= p.batch_size) return;
   const int kh = h / (p.num_v_heads / p.num_k_heads);
@@ -286,7 +274,7 @@ GdnPlan plan_variant(const GdnParams& p) {
 
 template <int KP, int StateRegs>
 cudaError_t launch_gdn_variant(cudaStream_t stream, GdnParams p, const GdnPlan& g) {
-  p.row_blocks = g.row_blocks;
+  p.blocks = g.row_blocks;
   if (g.ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
   gdn_kernel<KP, StateRegs><<<static_cast<unsigned>(g.ctas), GdnConfig::kWarps * 32, 0, stream>>>(p);
   return cudaGetLastError();
@@ -313,31 +301,13 @@ std::vector<int32_t> plan_gdn_order(const std::vector<int32_t>& cu_seqlens_host)
   return order;
 }
 
-cudaError_t launch_gdn(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
-                       uint32_t total_tokens, uint64_t cu_seqlens, uint64_t h_state_ptrs,
-                       const int32_t* stream_order, const bf16* conv_out, const float* g,
-                       const float* beta, bf16* out) {
+cudaError_t launch_gdn(cudaStream_t stream, const GdnArgs& args) {
+  const LayerShape& shape = args.shape;
   if (shape.num_k_heads <= 0 || shape.num_v_heads <= 0 || shape.num_v_heads % shape.num_k_heads != 0 ||
       shape.k_dim <= 0 || shape.k_dim % 4 != 0 || shape.k_dim > 256 || shape.v_dim <= 0)
     return cudaErrorInvalidValue;
-  if (batch_size == 0) return cudaSuccess;
-  GdnParams p;
-  p.batch_size = static_cast<int>(batch_size);
-  p.total_tokens = static_cast<int>(total_tokens);
-  p.num_k_heads = shape.num_k_heads;
-  p.num_v_heads = shape.num_v_heads;
-  p.k_dim = shape.k_dim;
-  p.v_dim = shape.v_dim;
-  p.conv_dim = 2 * shape.num_k_heads * shape.k_dim + shape.num_v_heads * shape.v_dim;
-  p.row_blocks = 1;
-  p.inv_sqrt_dk = 1.f / sqrtf(static_cast<float>(shape.k_dim));
-  p.cu_seqlens = reinterpret_cast<const int32_t*>(cu_seqlens);
-  p.h_state_ptrs = reinterpret_cast<const uint64_t*>(h_state_ptrs);
-  p.order = stream_order;
-  p.conv_out = reinterpret_cast<const uint16_t*>(conv_out);
-  p.g = g;
-  p.beta = beta;
-  p.out = reinterpret_cast<uint16_t*>(out);
+  if (args.batch_size == 0) return cudaSuccess;
+  const GdnParams p = gdn_params(args);
   if (shape.k_dim <= 32) return launch_gdn_k<32>(stream, p);
   if (shape.k_dim <= 64) return launch_gdn_k<64>(stream, p);
   if (shape.k_dim <= 128) return launch_gdn_k<128>(stream, p);

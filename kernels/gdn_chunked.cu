@@ -25,6 +25,7 @@
 #include "kernels/gdn_chunked.h"
 
 #include "kernels/common.cuh"
+#include "kernels/gdn_params.cuh"
 
 namespace pb::kernels {
 
@@ -34,19 +35,6 @@ constexpr int kC = 32;         // tokens per chunk: one warp's lanes (the g scan
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kWarps = kThreads / 32;
 
-struct ChunkParams {
-  int batch_size, total_tokens;
-  int num_k_heads, num_v_heads, k_dim, v_dim, conv_dim;
-  int v_blocks;  // CTAs per (stream, v head)
-  float inv_sqrt_dk;
-  const int32_t* cu_seqlens;
-  const uint64_t* h_state_ptrs;
-  const int32_t* order;
-  const uint16_t* conv_out;
-  const float* g;
-  const float* beta;
-  uint16_t* out;
-};
 
 // Shared memory layout (floats). Strides: KS and CS are 4 (mod 32), so that
 // fragments read along a row ([m][k] A, [n][k] B) hit 32 distinct banks; VS
@@ -130,7 +118,7 @@ struct ChunkRaw {
 };
 
 template <int KP, int VB>
-__global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkParams p) {
+__global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
   using namespace detail;
   using L = ChunkSmem<KP, VB>;
   using Raw = ChunkRaw<KP, VB>;
@@ -152,11 +140,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkParams p)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int fg = lane >> 2, ft = lane & 3;  // fragment row group / column
-  const int per_stream = p.num_v_heads * p.v_blocks;
+  const int per_stream = p.num_v_heads * p.blocks;
   const int ob = blockIdx.x / per_stream;
   const int rem = blockIdx.x - ob * per_stream;
-  const int h = rem / p.v_blocks;
-  const int vb = rem - h * p.v_blocks;
+  const int h = rem / p.blocks;
+  const int vb = rem - h * p.blocks;
   const int b = p.order ? p.order[ob] : ob;
   if (b < 0 || b >= p.batch_size) return;
   const int kh = h / (p.num_v_heads / p.num_k_heads);
@@ -460,7 +448,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkParams p)
 }
 
 template <int KP, int VB>
-cudaError_t launch_variant(cudaStream_t stream, ChunkParams p) {
+cudaError_t launch_variant(cudaStream_t stream, GdnParams p) {
   using L = ChunkSmem<KP, VB>;
   static bool configured = false;
   if (!configured) {
@@ -470,8 +458,8 @@ cudaError_t launch_variant(cudaStream_t stream, ChunkParams p) {
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  p.v_blocks = (p.v_dim + VB - 1) / VB;
-  const long long ctas = static_cast<long long>(p.batch_size) * p.num_v_heads * p.v_blocks;
+  p.blocks = (p.v_dim + VB - 1) / VB;
+  const long long ctas = static_cast<long long>(p.batch_size) * p.num_v_heads * p.blocks;
   if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
   gdn_chunked_kernel<KP, VB><<<static_cast<unsigned>(ctas), kThreads, L::bytes, stream>>>(p);
   return cudaGetLastError();
@@ -481,7 +469,7 @@ cudaError_t launch_variant(cudaStream_t stream, ChunkParams p) {
 // resident CTAs per SM (then the chain of chunks, not the throughput, sets the
 // time, and a 32-row CTA walks each chunk faster).
 template <int KP>
-cudaError_t launch_k(cudaStream_t stream, const ChunkParams& p) {
+cudaError_t launch_k(cudaStream_t stream, const GdnParams& p) {
   const long long ctas64 = static_cast<long long>(p.batch_size) * p.num_v_heads * ((p.v_dim + 63) / 64);
   if (p.v_dim <= 32 || ctas64 < 2LL * detail::sm_count()) return launch_variant<KP, 32>(stream, p);
   return launch_variant<KP, 64>(stream, p);
@@ -495,29 +483,11 @@ bool gdn_chunked_supports(const LayerShape& shape) {
          shape.v_dim % 8 == 0;
 }
 
-cudaError_t launch_gdn_chunked(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
-                               uint32_t total_tokens, uint64_t cu_seqlens, uint64_t h_state_ptrs,
-                               const int32_t* stream_order, const bf16* conv_out, const float* g,
-                               const float* beta, bf16* out) {
+cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args) {
+  const LayerShape& shape = args.shape;
   if (!gdn_chunked_supports(shape)) return cudaErrorInvalidValue;
-  if (batch_size == 0) return cudaSuccess;
-  ChunkParams p;
-  p.batch_size = static_cast<int>(batch_size);
-  p.total_tokens = static_cast<int>(total_tokens);
-  p.num_k_heads = shape.num_k_heads;
-  p.num_v_heads = shape.num_v_heads;
-  p.k_dim = shape.k_dim;
-  p.v_dim = shape.v_dim;
-  p.conv_dim = 2 * shape.num_k_heads * shape.k_dim + shape.num_v_heads * shape.v_dim;
-  p.v_blocks = 1;
-  p.inv_sqrt_dk = 1.f / sqrtf(static_cast<float>(shape.k_dim));
-  p.cu_seqlens = reinterpret_cast<const int32_t*>(cu_seqlens);
-  p.h_state_ptrs = reinterpret_cast<const uint64_t*>(h_state_ptrs);
-  p.order = stream_order;
-  p.conv_out = reinterpret_cast<const uint16_t*>(conv_out);
-  p.g = g;
-  p.beta = beta;
-  p.out = reinterpret_cast<uint16_t*>(out);
+  if (args.batch_size == 0) return cudaSuccess;
+  GdnParams p = gdn_params(args);
   if (shape.k_dim <= 32) return launch_k<32>(stream, p);
   if (shape.k_dim <= 64) return launch_k<64>(stream, p);
   return launch_k<128>(stream, p);

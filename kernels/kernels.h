@@ -54,14 +54,25 @@ std::vector<AttnWorkItem> plan_attention_tiles(int rows_per_tile,
 std::vector<AttnWorkItem> plan_attention_work(const LayerShape& shape,
                                               const std::vector<int32_t>& cu_seqlens_host,
                                               const std::vector<int32_t>& kv_lens_host);
-// Paged varlen causal GQA attention: out[T, Hq, D] from q_rot and the paged
-// caches. `causal_off_by_one` is the fault: a token also sees the key after it.
-cudaError_t launch_attention(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
-                             uint32_t total_tokens, uint32_t max_blocks_per_seq,
-                             uint64_t cu_seqlens, uint64_t kv_lens, uint64_t block_table_ptrs,
-                             const AttnWorkItem* work, int num_work, const bf16* q_rot,
-                             const bf16* k_cache, const bf16* v_cache, bf16* out, float scale,
-                             bool causal_off_by_one);
+// One attention launch, the same struct for the fp32 and the tensor-core
+// kernels (names as in BatchedAttnMetadata and the kernel ABI): the staged
+// metadata's device addresses, the work list, the roped q, the paged caches.
+struct AttnArgs {
+  LayerShape shape;
+  uint32_t batch_size = 0, total_tokens = 0, max_blocks_per_seq = 0;
+  uint64_t cu_seqlens = 0, kv_lens = 0, block_table_ptrs = 0;  // device addresses
+  const AttnWorkItem* work = nullptr;  // device work list
+  int num_work = 0;
+  const bf16* q_rot = nullptr;    // [T, Hq, D]
+  const bf16* k_cache = nullptr;  // [num_blocks, block_size, Hkv, D]
+  const bf16* v_cache = nullptr;
+  bf16* out = nullptr;            // [T, Hq, D]
+  float scale = 0;
+  bool causal_off_by_one = false;  // the fault: a token also sees the key after it
+  int variant = -1;                // tensor-core kernel's variant (-1: its default); fp32 ignores it
+};
+// Paged varlen causal GQA attention: out[T, Hq, D] from q_rot and the paged caches.
+cudaError_t launch_attention(cudaStream_t stream, const AttnArgs& args);
 
 // ---- gdn_conv.cu ----------------------------------------------------------
 // Depthwise causal conv1d + SiLU over x [T, conv_dim] into conv_out, reading
@@ -74,16 +85,24 @@ cudaError_t launch_conv1d(cudaStream_t stream, const LayerShape& shape, uint32_t
                           bool conv_state_bleed);
 
 // ---- gdn.cu ---------------------------------------------------------------
-// Gated delta rule, token by token in fp32, per (stream, v head): S read and
-// written through h_state_ptrs (u64 [N] at that address), q/k/v from conv_out,
-// g/beta f32 [T, Hv], out bf16 [T, Hv, v_dim]. `stream_order` (device, [N],
-// may be null) lists the streams longest first.
-cudaError_t launch_gdn(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
-                       uint32_t total_tokens, uint64_t cu_seqlens, uint64_t h_state_ptrs,
-                       const int32_t* stream_order, const bf16* conv_out, const float* g,
-                       const float* beta, bf16* out);
-// (kernels/gdn_chunked.h: the chunked form, same arguments; the CUDA backend's
-// default, this one the oracle under PB_GDN_KERNEL=token.)
+// One gated-delta-rule launch, the same struct for the token and the chunked
+// kernels: S read and written through h_state_ptrs (u64 [N] at that address),
+// q/k/v from conv_out, g/beta f32 [T, Hv], out bf16 [T, Hv, v_dim].
+// `stream_order` (device, [N], may be null) lists the streams in launch order.
+struct GdnArgs {
+  LayerShape shape;
+  uint32_t batch_size = 0, total_tokens = 0;
+  uint64_t cu_seqlens = 0, h_state_ptrs = 0;  // device addresses
+  const int32_t* stream_order = nullptr;
+  const bf16* conv_out = nullptr;  // [T, conv_dim]
+  const float* g = nullptr;        // [T, Hv]
+  const float* beta = nullptr;     // [T, Hv]
+  bf16* out = nullptr;             // [T, Hv, v_dim]
+};
+// Token by token in fp32, per (stream, v head).
+cudaError_t launch_gdn(cudaStream_t stream, const GdnArgs& args);
+// (kernels/gdn_chunked.h: the chunked form, same arguments; pb-cuda's
+// default, this one the oracle under --impl gdn=token.)
 // The streams by token count (host copy), longest first.
 std::vector<int32_t> plan_gdn_order(const std::vector<int32_t>& cu_seqlens_host);
 

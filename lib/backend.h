@@ -1,6 +1,9 @@
-// backend.h: what a backend (host, cuda) does for one batch. A backend knows
-// only the staged metadata and the buffers it allocated; it never sees the
-// Batch's ground truth beyond the input tensors uploaded at allocate().
+// backend.h: the harness side of one batch: a Memory (host or CUDA device
+// memory, the clock or events) and a KernelLibrary (ours or a user's, behind
+// include/prefill_bench/kernel_abi.h). The harness owns every buffer: it
+// allocates, uploads the inputs, poisons the outputs and the workspace, stages,
+// writes h_state_ptrs, reads back and times every entry it calls; the library
+// only computes. It never sees the Batch's ground truth beyond the inputs.
 // Flow per run: allocate -> (stage with its base addresses) -> upload_metadata
 // -> for each layer: reset_layer, write h_state_ptrs, run_layer, read_layer.
 #pragma once
@@ -12,19 +15,12 @@
 
 #include "batch.h"
 #include "faults.h"
+#include "kernel_library.h"
+#include "memory.h"
 #include "metadata.h"
 #include "reference/reference.h"
 
 namespace pb {
-
-struct DeviceInfo {
-  std::string name;     // "NVIDIA H200" or the host CPU
-  std::string driver;   // driver version, or "" on host
-  std::string runtime;  // CUDA runtime version, or ""
-  int sm_count = 0;
-  double peak_tflops = 0;  // measured/declared bf16 matrix peak, 0 when unknown
-  double peak_gbps = 0;    // device memory bandwidth, 0 when unknown
-};
 
 // What the checks read back after a layer.
 struct LayerOutputs {
@@ -33,56 +29,96 @@ struct LayerOutputs {
   std::vector<std::vector<float>> h_state;   // gdn: stream b's own storage, [Hv, v_dim, k_dim]
   std::vector<bf16> conv_state;              // gdn: [N, conv_dim, d_conv - 1]
 };
+// FNV-1a over every byte of the outputs, to show two runs bit-identical in a report.
+uint64_t outputs_checksum(const LayerOutputs& o);
 
 // One kernel's elapsed time in one run of a layer.
 struct KernelTime {
-  std::string kernel;  // "rope", "kv_write", "attention", "conv1d", "gdn"
+  std::string kernel;  // "rope", "kv_write", "attention", "conv1d", "gdn"; or "attn_layer", "ssm_layer"
   double ms = 0;
 };
 
+// The ABI's view of one layer's shape.
+pb_layer_shape abi_layer_shape(LayerKind kind, const LayerShape& shape);
+
 class Backend {
  public:
-  virtual ~Backend() = default;
-  virtual std::string name() const = 0;
-  virtual DeviceInfo device() const = 0;
+  Backend(std::unique_ptr<Memory> memory, std::unique_ptr<KernelLibrary> library);
+  ~Backend();
+  std::string name() const { return memory_->kind(); }  // "host" or "cuda"
+  DeviceInfo device() const { return memory_->device(); }
+  KernelLibrary& library() { return *library_; }
 
   // Allocates scratch (scratch_bytes), the table arena (arena_bytes) and every
   // layer's tensors, and uploads the layer inputs (initial KV cache, states).
-  virtual void allocate(const Batch& batch, const LayerShape& shape, size_t scratch_bytes,
-                        size_t arena_bytes) = 0;
-  virtual uint64_t scratch_base() const = 0;
-  virtual uint64_t arena_base() const = 0;
+  void allocate(const Batch& batch, const LayerShape& shape, size_t scratch_bytes, size_t arena_bytes);
+  uint64_t scratch_base() const { return scratch_; }
+  uint64_t arena_base() const { return arena_; }
   // Address of stream b's h_state storage of layer l (a gdn layer).
-  virtual uint64_t h_state_address(int layer, int stream) const = 0;
+  uint64_t h_state_address(int layer, int stream) const;
 
   // One copy each: the whole scratch image and the table arena.
-  virtual void upload_metadata(const std::vector<uint8_t>& scratch,
-                               const std::vector<uint8_t>& arena) = 0;
+  void upload_metadata(const std::vector<uint8_t>& scratch, const std::vector<uint8_t>& arena);
   // The caller's own write into scratch (the per-layer h_state_ptrs array).
-  virtual void write_scratch(size_t offset, const void* data, size_t bytes) = 0;
+  void write_scratch(size_t offset, const void* data, size_t bytes);
 
+  // "" when the library runs this layer, else its reason (supports() said no).
+  std::string unsupported(int layer) const;
   // Restores what a run of the layer changes (KV cache, h_state, conv_state) to
-  // the layer's initial contents and poisons the output.
-  virtual void reset_layer(int layer) = 0;
-  // Runs one batched layer: one launch per kernel for all streams.
-  // `h_state_ptrs` is the address of the pointer array (gdn layers).
-  virtual std::vector<KernelTime> run_layer(int layer, const BatchedAttnMetadata& meta,
-                                            uint64_t h_state_ptrs) = 0;
-  virtual LayerOutputs read_layer(int layer) = 0;
-  // The arithmetic of the gdn kernel allocate() chose, which the reference's lp
-  // reproduces so the numeric limit follows it (docs/TOLERANCES.md).
-  virtual GdnPrecision gdn_precision() const { return GdnPrecision::fp32; }
-  virtual std::vector<uint8_t> read_scratch() = 0;
-  virtual std::vector<uint8_t> read_arena() = 0;
+  // the layer's initial contents and poisons the output (kBf16OutputPoisonBits).
+  void reset_layer(int layer);
+  // Runs one batched layer through the library: prepare (untimed), then each
+  // per-kernel entry (or the layer entry) between two timing marks.
+  // `h_state_ptrs` is the address of the pointer array (gdn layers); `schedule`
+  // goes to the library (0: its normal work order).
+  std::vector<KernelTime> run_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs,
+                                    uint32_t schedule = 0);
+  LayerOutputs read_layer(int layer);
+  // The arithmetic the library declares for layer `layer`'s gdn kernel (its
+  // `precision` entry), which the reference's lp reproduces so the numeric limit
+  // follows it (docs/TOLERANCES.md); fp32 when the library declares none.
+  GdnPrecision gdn_precision(int layer) const;
+  std::vector<uint8_t> read_scratch();
+  std::vector<uint8_t> read_arena();
+
+ private:
+  struct Buffer {
+    uint64_t at = 0;
+    size_t bytes = 0;
+  };
+  struct LayerBuffers {
+    LayerKind kind = LayerKind::attn;
+    Buffer q, k, v, out, k_cache, v_cache, k_cache0, v_cache0;              // attn
+    Buffer x, conv_w, g, beta, conv_state, conv0, h_state, h0;              // gdn
+    Buffer workspace;
+  };
+  Buffer alloc(size_t bytes);
+  template <class T>
+  Buffer upload(const std::vector<T>& host, size_t expect, const char* what);
+  const LayerBuffers& at(int layer) const;
+
+  std::unique_ptr<Memory> memory_;
+  std::unique_ptr<KernelLibrary> library_;
+  LayerShape shape_;
+  int num_streams_ = 0, total_tokens_ = 0;
+  uint64_t scratch_ = 0, arena_ = 0;
+  size_t scratch_bytes_ = 0, arena_bytes_ = 0;
+  std::vector<LayerBuffers> layers_;
 };
 
-std::unique_ptr<Backend> make_host_backend(FaultSet faults);
-// nullptr when this build has no CUDA or no device is present; `why` says which.
-std::unique_ptr<Backend> make_cuda_backend(FaultSet faults, std::string* why);
+// "auto" (cuda when a device is present), "cuda" or "host" memory with our
+// kernel library for it, or with the library at `kernels_path` (its device
+// decides the memory; `want` must agree or be "auto"). Throws InputError for a
+// refused library, a CUDA library without a device, or an unknown `want`.
+std::unique_ptr<Backend> make_backend(const std::string& want, const std::string& kernels_path);
+// Host memory and our host kernel library (benchmarks, tests).
+std::unique_ptr<Backend> make_host_backend();
+// True when this build has CUDA and a device is present; else `why` says which.
+bool cuda_device_available(std::string* why);
 
 // The initial content of one attention layer's paged cache (K or V): NaN
 // poison everywhere, the stream's prior KV at its own blocks. Ground truth,
-// shared by backends (to upload) and the reference (to compare).
+// shared by the harness (to upload) and the reference (to compare).
 std::vector<bf16> initial_cache(const Batch& batch, const LayerShape& shape, int layer, bool v);
 
 LayerShape layer_shape(const Scenario& s, const Batch& b);

@@ -188,6 +188,15 @@ RunResult read_run(const DocReader& rd, const json& r, const std::string& w) {
   out.device.sm_count = int(rd.integer(d, dw, "sm_count"));
   out.device.peak_tflops = rd.real(d, dw, "peak_tflops");
   out.device.peak_gbps = rd.real(d, dw, "peak_gbps");
+  if (r.contains("kernels") && r.at("kernels").is_object()) {  // reports before the kernel ABI have none
+    const json& k = r.at("kernels");
+    const std::string kw = w + ".kernels";
+    out.library.name = rd.str(k, kw, "name");
+    out.library.version = rd.str(k, kw, "version");
+    out.library.path = rd.str(k, kw, "path");
+    out.library.sha256 = rd.str(k, kw, "sha256");
+    out.library.describe = rd.str(k, kw, "describe");
+  }
   const json& faults = rd.array(r, w, "faults_injected");
   for (size_t i = 0; i < faults.size(); ++i) {
     if (!faults[i].is_string()) rd.fail(at(w + ".faults_injected", i), "expected a fault name, found " + kind_of(faults[i]));
@@ -395,6 +404,13 @@ std::vector<std::string> differences(const RunResult& b, const RunResult& n) {
     notes.push_back(fmt::format("devices differ ('{}' vs '{}'): the time deltas compare different "
                                 "machines", b.device.name, n.device.name));
   if (b.faults.bits != n.faults.bits) notes.push_back("the injected faults differ");
+  const KernelLibraryInfo &kb = b.library, &kn = n.library;
+  if (kb.name != kn.name || kb.version != kn.version || kb.sha256 != kn.sha256)
+    notes.push_back(fmt::format("kernel libraries differ ({} {} {} vs {} {} {}): the deltas compare different kernels",
+                                kb.name.empty() ? "-" : kb.name, kb.version, kb.sha256.empty() ? kb.path : kb.sha256.substr(0, 12),
+                                kn.name.empty() ? "-" : kn.name, kn.version, kn.sha256.empty() ? kn.path : kn.sha256.substr(0, 12)));
+  else if (kb.describe != kn.describe)
+    notes.push_back(fmt::format("kernel variants differ ('{}' vs '{}')", kb.describe, kn.describe));
   if (b.ref_sample != n.ref_sample)
     notes.push_back(fmt::format("reference sampling differs ({} vs {} rows; 0 = full)", b.ref_sample,
                                 n.ref_sample));

@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "reference/reference.h"
+#include "check_result.h"
 
 namespace pb {
 
@@ -121,6 +122,12 @@ Exposure fault_exposure(Fault f, const Scenario& s, const Batch& batch) {
                               angle));
       return Exposure{};
     }
+    case Fault::gdn_state_race:
+      if (!gdn) return no("no gdn layer");
+      if (N * s.model.gdn.num_v_heads < 2) return no("one stream with one v head: no neighbour to race with");
+      if (!s.checks.empty() && std::count(s.checks.begin(), s.checks.end(), kCheckDeterminism) == 0)
+        return no("the scenario does not ask for the determinism check");
+      return Exposure{};
     case Fault::grid_short_by_one:
       return Exposure{};
   }

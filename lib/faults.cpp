@@ -53,13 +53,19 @@ const std::vector<FaultInfo>& all_faults() {
        "Runs the attention and gdn kernels over batch_size - 1 streams, so the last stream's output "
        "rows are never written (a grid sized from a count that leaves out the last stream). Host "
        "backend only."},
+      {Fault::gdn_state_race, "gdn-state-race", kCheckDeterminism,
+       "Lets each gdn work item read its neighbour's state before updating its own, so what it reads "
+       "depends on which ran first (a same-launch race between one CTA's state update and another's read)."},
   };
   return faults;
 }
 
-const FaultInfo& fault_info(Fault f) { return all_faults().at(static_cast<size_t>(f)); }
+bool fault_in_kernels(Fault f) {
+  return f == Fault::causal_off_by_one || f == Fault::conv_state_bleed || f == Fault::gdn_state_race ||
+         f == Fault::grid_short_by_one;
+}
 
-bool host_backend_only(Fault f) { return f == Fault::grid_short_by_one; }
+const FaultInfo& fault_info(Fault f) { return all_faults().at(static_cast<size_t>(f)); }
 
 Fault parse_fault(const std::string& name) {
   std::string known;

@@ -19,7 +19,8 @@ enum class Fault {
   seq_len_ptr_stride,       // staging: seq_len_ptrs advance 4 bytes per stream, the values sit 8 apart
   table_guard_last_block,   // staging: each table's guard entry repeats its last block, not poison
   mrope_section_swap,       // caller: the kernel reads H positions for the W section and W for H
-  grid_short_by_one,        // host backend: attention and gdn cover batch_size - 1 streams
+  grid_short_by_one,        // kernel (pb-host): attention and gdn cover batch_size - 1 streams
+  gdn_state_race,           // kernel: a gdn work item reads a neighbour's state mid-update
 };
 
 struct FaultInfo {
@@ -30,9 +31,12 @@ struct FaultInfo {
 };
 
 const std::vector<FaultInfo>& all_faults();
+// True for a fault that lives inside our kernels: it reaches a kernel library
+// through set_option("fault", name), and a library that refuses the key does not
+// have it ("does not apply to library X"). The others are staging or caller faults
+// the harness injects whatever the library.
+bool fault_in_kernels(Fault f);
 const FaultInfo& fault_info(Fault f);
-// A fault only the host backend models (a kernel flag the CUDA kernels lack).
-bool host_backend_only(Fault f);
 // Throws InputError naming the known faults when `name` is not one.
 Fault parse_fault(const std::string& name);
 

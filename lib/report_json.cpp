@@ -111,14 +111,33 @@ json timing_json(const KernelTiming& t) {
           {"gbps", real(t.gbps())}};
 }
 
+json kernels_json(const KernelLibraryInfo& k) {
+  return {{"name", k.name},
+          {"version", k.version},
+          {"path", k.path},
+          {"sha256", k.sha256},
+          {"device", k.device},
+          {"abi_version", k.abi_version},
+          {"entries", k.entries},
+          {"schedule", k.schedule},
+          {"describe", k.describe}};
+}
+
+json skipped_json(const std::vector<SkippedLayer>& skipped) {
+  json out = json::array();
+  for (const SkippedLayer& s : skipped) out.push_back({{"layer", s.layer}, {"why", s.why}});
+  return out;
+}
+
 json run_json(const RunResult& r) {
   json checks = json::array();
   for (const CheckResult& c : r.checks) checks.push_back(check_json(c));
   json timings = json::array();
   for (const KernelTiming& t : r.timings) timings.push_back(timing_json(t));
-  return {{"scenario", scenario_json(r)},
+  json run = {{"scenario", scenario_json(r)},
           {"backend", r.backend},
           {"device", device_json(r.device)},
+
           {"faults_injected", fault_names(r.faults)},
           {"ref_sample", r.ref_sample},
           {"streams", streams_json(r.streams)},
@@ -128,6 +147,12 @@ json run_json(const RunResult& r) {
           {"error", r.error},
           {"verdict", verdict_name(verdict(r))},
           {"passed", r.passed()}};
+  if (!r.library.name.empty()) {  // a run made through a kernel library (every run of the tool)
+    run["kernels"] = kernels_json(r.library);
+    run["skipped_layers"] = skipped_json(r.skipped_layers);
+    run["output_checksums"] = r.output_checksums;
+  }
+  return run;
 }
 
 }  // namespace

@@ -186,6 +186,8 @@ std::string junit_xml(const std::vector<RunResult>& runs, const JunitOptions& op
       if (!c.ran) ++s;
       else if (!c.passed) ++f;
     }
+    t += static_cast<long long>(r.skipped_layers.size());  // each a failed testcase: never checked
+    f += static_cast<long long>(r.skipped_layers.size());
     t += e;
     tests += t, failures += f, skipped += s, errors += e;
     if (std::isfinite(r.wall_s) && r.wall_s > 0) time += r.wall_s;
@@ -204,6 +206,13 @@ std::string junit_xml(const std::vector<RunResult>& runs, const JunitOptions& op
     property(suites, "faults_injected", fault_list(r.faults));
     property(suites, "ref_sample", std::to_string(r.ref_sample));
     property(suites, "tool.git_revision", git_revision());
+    property(suites, "kernels.name", r.library.name);
+    property(suites, "kernels.version", r.library.version);
+    property(suites, "kernels.path", r.library.path);
+    if (!r.library.sha256.empty()) property(suites, "kernels.sha256", r.library.sha256);
+    property(suites, "kernels.device", r.library.device);
+    property(suites, "kernels.describe", r.library.describe);
+    property(suites, "kernels.schedule", r.library.schedule ? "true" : "false");
     suites += "    </properties>\n";
     for (const CheckResult& c : r.checks) testcase(suites, r, c);
     if (e)
@@ -211,6 +220,12 @@ std::string junit_xml(const std::vector<RunResult>& runs, const JunitOptions& op
           "    <testcase classname=\"{}\" name=\"run\" time=\"0.000\">\n"
           "      <error message=\"{}\" type=\"error\">{}</error>\n    </testcase>\n",
           attr("prefill-bench." + r.scenario_name), attr(shorten(r.error, kMessageChars)), text(r.error));
+    for (const SkippedLayer& sl : r.skipped_layers) {
+      const std::string msg = fmt::format("layer {} skipped by {}: {}", sl.layer, r.library.name, sl.why);
+      suites += fmt::format("    <testcase classname=\"{}\" name=\"layer{}.kernels\" time=\"0.000\">\n"
+                            "      <failure message=\"{}\" type=\"unsupported\">{}</failure>\n    </testcase>\n",
+                            attr("prefill-bench." + r.scenario_name), sl.layer, attr(msg), text(msg));
+    }
     suites += "  </testsuite>\n";
   }
   return fmt::format(

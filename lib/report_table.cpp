@@ -288,6 +288,30 @@ std::vector<size_t> shown_streams(const StreamView& v) {
   return order;
 }
 
+// The kernel library the layers ran on, and every layer it did not run.
+void kernel_library(std::string& out, const RunResult& r, const Painter& paint) {
+  const KernelLibraryInfo& k = r.library;
+  if (k.name.empty()) return;
+  const bool builtin = k.path == "built-in";
+  wrapped(out, "  kernels: ", 11,
+          fmt::format("{} {} ({}, {}): {}", k.name, k.version, k.path, k.device,
+                      k.describe.empty() ? "-" : k.describe), 4);
+  std::vector<std::string> items;
+  items.push_back("entries " + (k.entries.empty() ? std::string("layer only") : [&] {
+    std::string e;
+    for (const std::string& n : k.entries) e += (e.empty() ? "" : ",") + n;
+    return e;
+  }()));
+  items.push_back(k.schedule ? "determinism rerun in another work order" : "schedule not honoured: same-order rerun");
+  if (!builtin) items.push_back("sha256 " + k.sha256);
+  wrapped_items(out, "      ", 6, items, "  ", 6);
+  for (const SkippedLayer& sl : r.skipped_layers)
+    wrapped(out, "  " + paint("SKIPPED", "1;33") + " ", 10,
+            fmt::format("layer {} ({}) skipped by {}: {} (not checked: the run does not pass)", sl.layer,
+                        sl.layer < static_cast<int>(r.layer_kinds.size()) ? r.layer_kinds[sl.layer] : "?",
+                        k.name, sl.why), 4);
+}
+
 void header(std::string& out, const RunResult& r, const Painter& paint) {
   // Layer kinds as counts in order of first appearance: "2 attn, 2 gdn".
   std::vector<std::pair<std::string, int>> kinds;
@@ -350,6 +374,7 @@ void header(std::string& out, const RunResult& r, const Painter& paint) {
     if (r.faults.has(f.fault)) faults += fmt::format("{}{}", faults.empty() ? "" : ", ", f.name);
   if (!faults.empty()) info.push_back("injected: " + faults);
   wrapped_items(out, "      ", 6, info, "  ", 6);
+  kernel_library(out, r, paint);
   if (v == Verdict::error) wrapped(out, "      error: ", 13, r.error, 8);
   if (v == Verdict::not_checked)
     wrapped(out, "      ", 6, "not checked: no check ran (--profile runs none), so nothing was proven", 8);

@@ -16,6 +16,8 @@ namespace pb {
 
 struct RunOptions {
   std::string backend = "auto";  // "auto" (cuda when a device is present), "cuda", "host"
+  std::string kernels;           // --kernels PATH: a kernel library; "" = ours (built-in)
+  std::string impl;              // --impl kernel=variant[,kernel=variant]: set_option for each
   FaultSet inject;               // added to the scenario's own faults
   std::optional<int> ref_sample;         // unset: the scenario's
   std::optional<int> warmup, repeat;     // unset: the scenario's (the host backend caps repeat at 2)
@@ -41,11 +43,20 @@ struct StreamSummary {
   bool has_image = false;
 };
 
+// A layer the kernel library does not run (supports() said no), with its reason.
+struct SkippedLayer {
+  int layer = 0;
+  std::string why;
+};
+
 struct RunResult {
   std::string scenario_path, scenario_name;
   uint64_t seed = 0;
   std::string backend;
   DeviceInfo device;
+  KernelLibraryInfo library;       // the kernel library the layers ran on
+  std::vector<SkippedLayer> skipped_layers;  // not run: the checks could not see them (never PASS)
+  std::vector<std::string> output_checksums;  // per layer: FNV-1a of the first run's outputs, "" when skipped
   FaultSet faults;                 // what was injected
   std::vector<StreamSummary> streams;
   std::vector<std::string> layer_kinds;  // "attn" / "gdn" per layer
@@ -69,7 +80,18 @@ struct RunResult {
 // file before anything runs. Returns the estimate (validate and stage show it).
 ResourceEstimate validate_resources(const Scenario& scenario, const ResourceLimits& limits = {});
 
-// Throws InputError for bad input (unknown backend, resources); a check failing
+// --impl's "kernel=variant[,kernel=variant]" as (key, value) pairs; throws
+// InputError on a malformed list.
+std::vector<std::pair<std::string, std::string>> parse_impl(const std::string& impl);
+
+// Opens the kernel library the options name on the device it asks for, applies
+// --impl, and closes it again: every refusal (a library that cannot load, a CUDA
+// library without a device, an unknown kernel or variant) as an InputError
+// before anything runs.
+void validate_kernels(const RunOptions& options);
+
+// Throws InputError for bad input (unknown backend, resources, a refused kernel
+// library or option, a kernel fault the library does not have); a check failing
 // is a result, not an exception.
 RunResult run_scenario(const Scenario& scenario, const RunOptions& options);
 

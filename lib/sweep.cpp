@@ -443,6 +443,7 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
   if (opt.out_dir.empty()) throw InputError("sweep: --out DIR is required");
   if (opt.run.backend != "auto" && opt.run.backend != "cuda" && opt.run.backend != "host")
     throw InputError("--backend: expected auto, cuda or host, found '" + opt.run.backend + "'");
+  if (!opt.ctest) validate_kernels(opt.run);  // a refused --kernels / --impl: exit 2 before anything runs
   const std::vector<std::string> files = scenario_files(opt.inputs);
   std::vector<Scenario> bases;
   std::set<std::string> stems;
@@ -518,6 +519,9 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
     if (opt.run.warmup) run_args.insert(run_args.end(), {"--warmup", std::to_string(*opt.run.warmup)});
     if (opt.run.repeat) run_args.insert(run_args.end(), {"--repeat", std::to_string(*opt.run.repeat)});
     if (opt.run.ref_sample) run_args.insert(run_args.end(), {"--ref-sample", std::to_string(*opt.run.ref_sample)});
+    if (!opt.run.kernels.empty())
+      run_args.insert(run_args.end(), {"--kernels", fs::absolute(opt.run.kernels).lexically_normal().string()});
+    if (!opt.run.impl.empty()) run_args.insert(run_args.end(), {"--impl", opt.run.impl});
     for (const FaultInfo& f : all_faults())
       if (opt.run.inject.has(f.fault)) run_args.insert(run_args.end(), {"--inject", f.name});
     // The ceilings the points were validated against hold when they run.

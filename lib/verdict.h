@@ -11,7 +11,7 @@ struct RunResult;
 
 enum class Verdict {
   passed,       // >= 1 check ran, every check that ran passed
-  failed,       // a check ran and failed
+  failed,       // a check ran and failed, or a layer was skipped (the library does not support it)
   not_checked,  // no check ran (run --profile): did what was asked, proves nothing
   error,        // the run stopped on an error (RunResult::error) before its checks ended
 };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bundle.sh: builds Release with CUDA into build-bundle/ (or $PB_BUNDLE_BUILD) and
-# assembles bundle/ for the GPU machine: prefill-bench, the test binaries, any
+# assembles bundle/ for the GPU machine: prefill-bench, our kernel libraries
+# (libpb_kernels_cuda.so, libpb_kernels_host.so), the test binaries, any
 # benchmark programs, scenarios/ and the GPU test scenarios (tests/cuda/*.yaml).
 # Every binary must need only glibc at run time (libstdc++/libgcc, cudart and
 # yaml-cpp are linked statically); a shared library a binary still needs
@@ -19,7 +20,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPB_WITH_CUDA=
   -DPB_BUILD_BENCH="${PB_BUNDLE_BENCH:-$bench}" >/dev/null
 grep -q "libpb_kernels.a" "$build/build.ninja" ||
   { echo "bundle.sh: this configuration has no CUDA backend (nvcc not found?)" >&2; exit 1; }
-ninja -C "$build" -j "$jobs" prefill-bench pb_tests cuda_backend_test attention_mma_test
+ninja -C "$build" -j "$jobs" prefill-bench pb_tests cuda_backend_test attention_mma_test pb_kernels_cuda pb_kernels_host
 # Benchmark programs, when the bench/ directory defines any.
 bench_targets=$(ninja -C "$build" -t targets all 2>/dev/null |
                 sed -n 's#^\(bench/[A-Za-z0-9_.-]*\): CXX_EXECUTABLE_LINKER.*#\1#p' || true)
@@ -28,6 +29,7 @@ bench_targets=$(ninja -C "$build" -t targets all 2>/dev/null |
 rm -rf "$bundle"
 mkdir -p "$bundle/scenarios" "$bundle/tests"
 cp "$build/apps/prefill-bench" "$bundle/"
+cp "$build/libpb_kernels_cuda.so" "$build/libpb_kernels_host.so" "$bundle/"  # our kernel libraries, for --kernels
 cp "$build/tests/pb_tests" "$build/tests/cuda_backend_test" "$build/tests/attention_mma_test" "$bundle/"
 for t in $bench_targets; do cp "$build/$t" "$bundle/"; done
 cp "$root"/scenarios/*.yaml "$bundle/scenarios/"

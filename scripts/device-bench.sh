@@ -86,8 +86,8 @@ if [[ "$skip" != *" harness "* ]] && [ -x "$B/prefill-bench" ]; then
   for f in "$B"/tests/peer-attention-d*.yaml; do
     [ -f "$f" ] || continue
     for k in ${PB_HARNESS_KERNELS:-mma fp32}; do
-      echo "--- $(basename "$f") PB_ATTN_KERNEL=$k" >> "$out/harness.txt"
-      PB_ATTN_KERNEL=$k timeout 200 "$B/prefill-bench" run "$f" --backend cuda --no-color >> "$out/harness.txt" 2>&1
+      echo "--- $(basename "$f") --impl attention=$k" >> "$out/harness.txt"
+      timeout 200 "$B/prefill-bench" run "$f" --backend cuda --impl "attention=$k" --no-color >> "$out/harness.txt" 2>&1
       echo "exit $?" >> "$out/harness.txt"
     done
   done

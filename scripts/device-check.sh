@@ -11,7 +11,9 @@
 # device-check.log, summary.txt, scenarios.json, fault-matrix.txt,
 # sanitizer.txt, gpu-tests.txt, logs.tar.gz (per-scenario tables and JSON),
 # ncu.txt (PB_NCU=1: Nsight Compute speed of light of the big shapes).
-# Knobs: PB_BUNDLE (bundle dir), PB_SKIP (words: scenarios faults sanitizer tests),
+# With bundle/libpb_kernels_cuda.so, every scenario runs again through --kernels
+# and its outputs are compared bit for bit with the built-in run (gpu-tests.txt).
+# Knobs: PB_BUNDLE (bundle dir), PB_SKIP (words: scenarios kernels faults sanitizer tests),
 # PB_SCENARIO_TIMEOUT / PB_PHASE_TIMEOUT (seconds).
 set -uo pipefail
 B="${PB_BUNDLE:-$PWD/bundle}"
@@ -66,6 +68,39 @@ if [[ "$skip" != *" tests "* ]]; then
     echo "pb_tests exit $?" >> "$out/gpu-tests.txt"
   fi
   tail -n 40 "$out/gpu-tests.txt"
+fi
+
+# Our CUDA kernel library loaded through --kernels: every scenario again, its
+# layer outputs bit-identical to the built-in run's, its times beside them.
+if [[ "$skip" != *" kernels "* ]] && [ -f "$B/libpb_kernels_cuda.so" ] && [[ "$skip" != *" scenarios "* ]]; then
+  echo "== scenarios through --kernels libpb_kernels_cuda.so [$(elapsed)]"
+  mkdir -p "$work/json-so"
+  for f in "${scenarios[@]}"; do
+    [ -f "$f" ] || continue
+    name="$(basename "$f" .yaml)"
+    timeout "$scn_timeout" "$B/prefill-bench" run "$f" --kernels "$B/libpb_kernels_cuda.so" --no-color \
+      --json "$work/json-so/$name.json" > "$work/logs/$name.kernels-so.txt" 2>&1
+    echo "-- $name (--kernels): exit $? [$(elapsed)]"
+  done
+  if command -v python3 >/dev/null; then
+    python3 - "$work/json" "$work/json-so" <<'PY' | tee -a "$out/gpu-tests.txt"
+import glob, json, os, sys
+a_dir, b_dir = sys.argv[1], sys.argv[2]
+print("kernels-so: scenario, outputs vs built-in, kernel medians ms built-in -> --kernels")
+for p in sorted(glob.glob(os.path.join(b_dir, "*.json"))):
+    q = os.path.join(a_dir, os.path.basename(p))
+    try:
+        a, b = json.load(open(q))["runs"][0], json.load(open(p))["runs"][0]
+    except Exception as e:
+        print(f"kernels-so {os.path.basename(p)}: unreadable ({e})"); continue
+    same = a.get("output_checksums") == b.get("output_checksums") and all(a.get("output_checksums", [""]))
+    ta = {(t["layer"], t["kernel"]): t["median_ms"] for t in a["timings"]}
+    tb = {(t["layer"], t["kernel"]): t["median_ms"] for t in b["timings"]}
+    ks = " ".join(f"L{l}.{k}={ta[(l, k)]:.4f}->{tb.get((l, k)) or 0:.4f}" for (l, k) in sorted(ta))
+    print(f"kernels-so {a['scenario']['name']:<26} {'PASS' if b['passed'] else 'FAIL'} "
+          f"{'bit-identical' if same else 'OUTPUTS DIFFER'} {ks}")
+PY
+  fi
 fi
 
 if [[ "$skip" != *" sanitizer "* ]]; then
@@ -140,6 +175,7 @@ PY
   done
   [ -f "$out/fault-matrix.txt" ] && sed -n '/^fault matrix/,$p' "$out/fault-matrix.txt"
   [ -f "$out/sanitizer.txt" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|exit [0-9]+$" "$out/sanitizer.txt"
+  [ -f "$out/gpu-tests.txt" ] && grep -E "^kernels-so " "$out/gpu-tests.txt"
   [ -f "$out/gpu-tests.txt" ] && grep -E "^(PASSED|FAILED)|exit [0-9]+$|tests? (passed|failed)|PASSED \[|FAILED \[" "$out/gpu-tests.txt" | head -12
 } | tee "$out/summary.txt"
 rm -rf "$work"

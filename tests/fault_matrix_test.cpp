@@ -55,9 +55,7 @@ TEST_P(FaultMatrix, NamedCheckTrips) {
   const Case& c = GetParam();
   if (c.backend == "cuda") {
     std::string why;
-    if (!make_cuda_backend(FaultSet{}, &why)) GTEST_SKIP() << "skipped: no CUDA device (" << why << ")";
-    if (host_backend_only(c.fault))
-      GTEST_SKIP() << fault_info(c.fault).name << " is a host backend fault: the CUDA kernels have no such flag";
+    if (!cuda_device_available(&why)) GTEST_SKIP() << "skipped: no CUDA device (" << why << ")";
   }
   const Scenario s = load_scenario(c.scenario);
   const FaultInfo& info = fault_info(c.fault);
@@ -67,7 +65,15 @@ TEST_P(FaultMatrix, NamedCheckTrips) {
   opt.backend = c.backend;
   opt.inject.add(c.fault);
   opt.repeat = 2;
-  const RunResult r = run_scenario(s, opt);
+  RunResult r;
+  try {
+    r = run_scenario(s, opt);
+  } catch (const InputError& e) {
+    // A fault inside our kernels that this library does not have.
+    if (fault_in_kernels(c.fault) && std::string(e.what()).find("does not apply to library") != std::string::npos)
+      GTEST_SKIP() << e.what();
+    throw;
+  }
   EXPECT_FALSE(r.passed());
   const CheckResult* check = r.check(info.must_trip);
   ASSERT_NE(check, nullptr);

@@ -184,15 +184,25 @@ struct Problem {
     const auto* vb = reinterpret_cast<const pb::bf16*>(d_v);
     auto* ob = reinterpret_cast<pb::bf16*>(d_out);
     const uint32_t N = static_cast<uint32_t>(c.streams.size());
+    pb::kernels::AttnArgs a;
+    a.shape = shape;
+    a.batch_size = N;
+    a.total_tokens = T;
+    a.max_blocks_per_seq = max_blocks;
+    a.cu_seqlens = reinterpret_cast<uint64_t>(d_cu);
+    a.kv_lens = reinterpret_cast<uint64_t>(d_kv);
+    a.block_table_ptrs = reinterpret_cast<uint64_t>(d_ptrs);
+    a.work = d_work;
+    a.num_work = static_cast<int>(work.size());
+    a.q_rot = qb;
+    a.k_cache = kb;
+    a.v_cache = vb;
+    a.out = ob;
+    a.scale = scale;
+    a.causal_off_by_one = off_by_one;
+    a.variant = variant;
     const cudaError_t e =
-        variant < 0
-            ? pb::kernels::launch_attention(nullptr, shape, N, T, max_blocks, reinterpret_cast<uint64_t>(d_cu),
-                                            reinterpret_cast<uint64_t>(d_kv), reinterpret_cast<uint64_t>(d_ptrs),
-                                            d_work, static_cast<int>(work.size()), qb, kb, vb, ob, scale, off_by_one)
-            : pb::kernels::launch_attention_mma(nullptr, shape, N, T, max_blocks, reinterpret_cast<uint64_t>(d_cu),
-                                                reinterpret_cast<uint64_t>(d_kv), reinterpret_cast<uint64_t>(d_ptrs),
-                                                d_work, static_cast<int>(work.size()), qb, kb, vb, ob, scale,
-                                                off_by_one, variant);
+        variant < 0 ? pb::kernels::launch_attention(nullptr, a) : pb::kernels::launch_attention_mma(nullptr, a);
     CK(e);
     CK(cudaDeviceSynchronize());
     CK(cudaGetLastError());

@@ -1,0 +1,420 @@
+// kernel_table.cu: our CUDA kernels behind the kernel ABI (pb-cuda): one context
+// per run with its variants and faults, prepare() planning the work list, the
+// gdn stream order and the RoPE frequency table into the workspace (untimed),
+// and one entry per kernel launching on the harness's stream. The harness
+// reaches these kernels only through this table (linked into prefill-bench;
+// libpb_kernels_cuda.so exports it as pb_kernel_table_get).
+// Invariants: no allocation, no device synchronisation in an entry; a non-zero
+// schedule reverses the attention work list and the gdn stream order.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_mma.h"
+#include "kernels/gdn_chunked.h"
+#include "kernels/kernel_table.h"
+#include "kernels/kernels.h"
+
+namespace pb::kernels {
+namespace {
+
+constexpr int kRopeMaxHalf = 128;  // rope.cu's RopeConfig::kMaxHalf
+constexpr bool kGdnChunkedDefault = true;  // device-checked 2026-12-02 (kernels/NOTES.md)
+
+struct Ctx {
+  bool causal_off_by_one = false, conv_state_bleed = false;
+  std::string attention = "auto";  // auto (mma where the shape allows), fp32, mma, mma:N
+  std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, token
+  // The plan prepare() made, for the workspace it wrote.
+  std::vector<AttnWorkItem> work;
+  std::vector<float> inv_freq;
+  std::vector<int32_t> order;
+};
+
+void put(char* buf, size_t len, const std::string& s) {
+  if (buf && len) std::snprintf(buf, len, "%s", s.c_str());
+}
+
+pb_status from_cuda(cudaError_t e, const char* what, char* msg, size_t msg_len) {
+  if (e == cudaSuccess) return PB_OK;
+  put(msg, msg_len, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  return PB_ERR_DEVICE;
+}
+
+LayerShape attn_shape(const pb_attn_shape& s) {
+  LayerShape l;
+  l.num_q_heads = s.num_q_heads;
+  l.num_kv_heads = s.num_kv_heads;
+  l.head_dim = s.head_dim;
+  l.rotary_dim = s.rotary_dim;
+  l.rope_theta = s.rope_theta;
+  l.mrope = s.mrope_enabled != 0;
+  l.mrope_interleaved = s.mrope_interleaved != 0;
+  for (int i = 0; i < 3; ++i) l.mrope_sections[i] = s.mrope_sections[i];
+  l.block_size = s.block_size;
+  l.num_blocks = s.num_blocks;
+  l.poison_block = s.poison_block;
+  return l;
+}
+
+LayerShape ssm_shape(const pb_ssm_shape& s) {
+  LayerShape l;
+  l.num_k_heads = s.num_k_heads;
+  l.num_v_heads = s.num_v_heads;
+  l.k_dim = s.k_dim;
+  l.v_dim = s.v_dim;
+  l.d_conv = s.d_conv;
+  return l;
+}
+
+// Which attention kernel runs for this shape: -2 the fp32 kernel, else the
+// tensor-core kernel's variant (-1: its default for the head dim).
+int attention_variant(const Ctx& c, const LayerShape& shape) {
+  if (c.attention == "fp32") return -2;
+  int variant = -1;
+  if (c.attention.rfind("mma:", 0) == 0) variant = std::atoi(c.attention.c_str() + 4);
+  return attention_mma_supported(shape) ? variant : -2;
+}
+bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
+  const bool want = c.gdn == "chunked" || (c.gdn == "auto" && kGdnChunkedDefault);
+  return want && gdn_chunked_supports(shape);
+}
+
+std::vector<int32_t> host_vec(const int32_t* p, uint32_t n) { return p ? std::vector<int32_t>(p, p + n) : std::vector<int32_t>(); }
+
+uint64_t round256(uint64_t n) { return (n + 255) & ~uint64_t(255); }
+
+// Workspace layouts (offsets from workspace.data).
+struct AttnLayout {
+  uint64_t q_rot = 0, k_rot = 0, inv_freq = 0, work = 0, bytes = 0;
+};
+AttnLayout attn_layout(const pb_attn_shape& s, uint32_t T, size_t work_items) {
+  AttnLayout l;
+  l.q_rot = 0;
+  l.k_rot = round256(uint64_t(T) * s.num_q_heads * s.head_dim * 2);
+  l.inv_freq = l.k_rot + round256(uint64_t(T) * s.num_kv_heads * s.head_dim * 2);
+  l.work = l.inv_freq + round256(uint64_t(s.rotary_dim / 2 + 1) * 4);
+  l.bytes = l.work + round256((work_items + 1) * sizeof(AttnWorkItem));
+  return l;
+}
+struct SsmLayout {
+  uint64_t conv_out = 0, order = 0, bytes = 0;
+};
+SsmLayout ssm_layout(const pb_ssm_shape& s, uint32_t T, uint32_t N) {
+  SsmLayout l;
+  l.order = round256(uint64_t(T) * s.conv_dim * 2);
+  l.bytes = l.order + round256(uint64_t(N + 1) * 4);
+  return l;
+}
+
+std::vector<AttnWorkItem> plan_work(const Ctx& c, const LayerShape& shape, const pb_batched_attn_metadata& m) {
+  const std::vector<int32_t> cu = host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count);
+  const std::vector<int32_t> kv = host_vec(m.kv_lens_host, m.kv_lens_host_count);
+  return attention_variant(c, shape) != -2 ? plan_attention_mma_work(shape, cu, kv)
+                                            : plan_attention_work(shape, cu, kv);
+}
+
+template <class T>
+T* ws(uint64_t base, uint64_t offset) {
+  return reinterpret_cast<T*>(base + offset);
+}
+
+// ---- the table's functions ----------------------------------------------
+
+pb_status init(void** ctx, char* msg, size_t msg_len) {
+  try {
+    *ctx = new Ctx();
+    return PB_OK;
+  } catch (const std::exception& e) {
+    put(msg, msg_len, e.what());
+    return PB_ERR_INTERNAL;
+  }
+}
+pb_status teardown(void* ctx, char*, size_t) {
+  delete static_cast<Ctx*>(ctx);
+  return PB_OK;
+}
+
+pb_status supports(void*, const pb_layer_shape* s, char* why, size_t why_len) {
+  if (s->kind == PB_LAYER_ATTN) {
+    const pb_attn_shape& a = s->attn;
+    if (a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256) {
+      put(why, why_len, "pb-cuda attention takes head_dim 64, 128 or 256, not " + std::to_string(a.head_dim));
+      return PB_ERR_UNSUPPORTED;
+    }
+    if (a.rotary_dim / 2 > kRopeMaxHalf) {
+      put(why, why_len, "pb-cuda rope takes rotary_dim <= " + std::to_string(2 * kRopeMaxHalf));
+      return PB_ERR_UNSUPPORTED;
+    }
+    return PB_OK;
+  }
+  if (s->kind == PB_LAYER_SSM) {
+    const pb_ssm_shape& g = s->ssm;
+    if (g.d_conv < 2 || g.d_conv > 16) {
+      put(why, why_len, "pb-cuda conv1d takes d_conv 2..16, not " + std::to_string(g.d_conv));
+      return PB_ERR_UNSUPPORTED;
+    }
+    if (g.k_dim % 4 != 0 || g.k_dim > 256) {
+      put(why, why_len, "pb-cuda gdn takes k_dim a multiple of 4 up to 256, not " + std::to_string(g.k_dim));
+      return PB_ERR_UNSUPPORTED;
+    }
+    return PB_OK;
+  }
+  put(why, why_len, "unknown layer kind");
+  return PB_ERR_UNSUPPORTED;
+}
+
+pb_status set_option(void* ctx, const char* key, const char* value, char* msg, size_t msg_len) {
+  Ctx& c = *static_cast<Ctx*>(ctx);
+  const std::string k = key ? key : "", v = value ? value : "";
+  if (k == "fault") {
+    if (v == "causal-off-by-one") c.causal_off_by_one = true;
+    else if (v == "conv-state-bleed") c.conv_state_bleed = true;
+    else {
+      put(msg, msg_len, "pb-cuda has no fault '" + v + "' (it has causal-off-by-one, conv-state-bleed)");
+      return PB_ERR_UNSUPPORTED;
+    }
+    return PB_OK;
+  }
+  if (k == "attention") {
+    bool ok = v == "auto" || v == "fp32" || v == "mma";
+    if (v.rfind("mma:", 0) == 0 && v.size() > 4 && v.size() <= 6) {
+      ok = v.find_first_not_of("0123456789", 4) == std::string::npos;
+    }
+    if (!ok) {
+      put(msg, msg_len, "pb-cuda attention variants: auto, fp32, mma, mma:N (not '" + v + "')");
+      return PB_ERR_UNSUPPORTED;
+    }
+    c.attention = v;
+    return PB_OK;
+  }
+  if (k == "gdn") {
+    if (v != "auto" && v != "chunked" && v != "token") {
+      put(msg, msg_len, "pb-cuda gdn variants: auto, chunked, token (not '" + v + "')");
+      return PB_ERR_UNSUPPORTED;
+    }
+    c.gdn = v;
+    return PB_OK;
+  }
+  put(msg, msg_len, "pb-cuda has no option '" + k + "' (it has attention, gdn, fault)");
+  return PB_ERR_UNSUPPORTED;
+}
+
+pb_status describe(void* ctx, char* buf, size_t buf_len) {
+  const Ctx& c = *static_cast<Ctx*>(ctx);
+  std::string d = "attention=" + std::string(c.attention == "auto" ? "mma(wgmma on sm_90)/fp32 by head_dim" : c.attention) +
+                  " gdn=" + std::string(c.gdn == "auto" ? (kGdnChunkedDefault ? "chunked-tf32/token by shape" : "token") : c.gdn);
+  if (c.causal_off_by_one) d += " fault=causal-off-by-one";
+  if (c.conv_state_bleed) d += " fault=conv-state-bleed";
+  put(buf, buf_len, d);
+  return PB_OK;
+}
+
+// The gdn kernel's arithmetic at this shape: the chunked kernel's tf32 products,
+// or the token kernel's fp32 (the reference's lp follows it: docs/TOLERANCES.md).
+pb_status precision(void* ctx, const pb_layer_shape* s, const char* kernel, char* buf, size_t buf_len) {
+  const Ctx& c = *static_cast<Ctx*>(ctx);
+  const bool tf32 = s->kind == PB_LAYER_SSM && kernel && std::string(kernel) == "gdn" && gdn_chunked(c, ssm_shape(s->ssm));
+  put(buf, buf_len, tf32 ? "tf32-chunked" : "fp32");
+  return PB_OK;
+}
+
+pb_status workspace_bytes(void* ctx, const pb_layer_shape* s, const pb_batched_attn_metadata* m, uint64_t* bytes,
+                          char* msg, size_t msg_len) {
+  try {
+    const Ctx& c = *static_cast<Ctx*>(ctx);
+    if (s->kind == PB_LAYER_ATTN)
+      *bytes = attn_layout(s->attn, m->total_tokens, plan_work(c, attn_shape(s->attn), *m).size()).bytes;
+    else
+      *bytes = ssm_layout(s->ssm, m->total_tokens, m->batch_size).bytes;
+    return PB_OK;
+  } catch (const std::exception& e) {
+    put(msg, msg_len, e.what());
+    return PB_ERR_INTERNAL;
+  }
+}
+
+pb_status prepare_attn(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
+  Ctx& c = *static_cast<Ctx*>(ctx);
+  const LayerShape shape = attn_shape(a->shape);
+  c.work = plan_work(c, shape, a->metadata);
+  if (a->schedule) std::reverse(c.work.begin(), c.work.end());  // shortest first: another order of the same work
+  c.inv_freq = rope_inv_freq(shape);
+  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, c.work.size());
+  if (a->workspace.bytes < l.bytes) {
+    put(msg, msg_len, "workspace smaller than workspace_bytes asked for");
+    return PB_ERR_INVALID;
+  }
+  auto st = static_cast<cudaStream_t>(stream);
+  cudaError_t e = cudaSuccess;
+  if (!c.inv_freq.empty())
+    e = cudaMemcpyAsync(ws<float>(a->workspace.data, l.inv_freq), c.inv_freq.data(), c.inv_freq.size() * 4,
+                        cudaMemcpyHostToDevice, st);
+  if (e == cudaSuccess && !c.work.empty())
+    e = cudaMemcpyAsync(ws<AttnWorkItem>(a->workspace.data, l.work), c.work.data(), c.work.size() * sizeof(AttnWorkItem),
+                        cudaMemcpyHostToDevice, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);  // the host vectors may change before the next prepare
+  return from_cuda(e, "prepare_attn upload", msg, msg_len);
+}
+
+pb_status rope(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
+  const Ctx& c = *static_cast<Ctx*>(ctx);
+  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, c.work.size());
+  const uint64_t w = a->workspace.data;
+  const pb_batched_attn_metadata& m = a->metadata;
+  return from_cuda(launch_rope(static_cast<cudaStream_t>(stream), attn_shape(a->shape), m.total_tokens,
+                               m.positions_stacked, m.positions_h_stacked, m.positions_w_stacked,
+                               ws<const float>(w, l.inv_freq), reinterpret_cast<const bf16*>(a->q.data),
+                               reinterpret_cast<const bf16*>(a->k.data), ws<bf16>(w, l.q_rot), ws<bf16>(w, l.k_rot)),
+                   "rope", msg, msg_len);
+}
+
+pb_status kv_write(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
+  const Ctx& c = *static_cast<Ctx*>(ctx);
+  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, c.work.size());
+  return from_cuda(launch_kv_write(static_cast<cudaStream_t>(stream), attn_shape(a->shape), a->metadata.total_tokens,
+                                   a->metadata.slot_stacked, ws<const bf16>(a->workspace.data, l.k_rot),
+                                   reinterpret_cast<const bf16*>(a->v.data), reinterpret_cast<bf16*>(a->k_cache.data),
+                                   reinterpret_cast<bf16*>(a->v_cache.data)),
+                   "kv_write", msg, msg_len);
+}
+
+pb_status attention(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
+  const Ctx& c = *static_cast<Ctx*>(ctx);
+  const LayerShape shape = attn_shape(a->shape);
+  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, c.work.size());
+  const uint64_t w = a->workspace.data;
+  const pb_batched_attn_metadata& m = a->metadata;
+  const int variant = attention_variant(c, shape);
+  AttnArgs args;
+  args.shape = shape;
+  args.batch_size = m.batch_size;
+  args.total_tokens = m.total_tokens;
+  args.max_blocks_per_seq = m.max_blocks_per_seq;
+  args.cu_seqlens = m.cu_seqlens;
+  args.kv_lens = m.kv_lens;
+  args.block_table_ptrs = m.block_table_ptrs;
+  args.work = ws<const AttnWorkItem>(w, l.work);
+  args.num_work = static_cast<int>(c.work.size());
+  args.q_rot = ws<const bf16>(w, l.q_rot);
+  args.k_cache = reinterpret_cast<const bf16*>(a->k_cache.data);
+  args.v_cache = reinterpret_cast<const bf16*>(a->v_cache.data);
+  args.out = reinterpret_cast<bf16*>(a->out.data);
+  args.scale = a->shape.scale;
+  args.causal_off_by_one = c.causal_off_by_one;
+  args.variant = variant;
+  const auto st = static_cast<cudaStream_t>(stream);
+  const cudaError_t e = variant != -2 ? launch_attention_mma(st, args) : launch_attention(st, args);
+  return from_cuda(e, variant != -2 ? "attention (tensor cores)" : "attention (fp32)", msg, msg_len);
+}
+
+pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, size_t msg_len) {
+  Ctx& c = *static_cast<Ctx*>(ctx);
+  const pb_batched_attn_metadata& m = a->metadata;
+  c.order = plan_gdn_order(host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count));
+  if (c.order.size() != m.batch_size) {  // host copy inconsistent with batch_size: identity
+    c.order.resize(m.batch_size);
+    for (uint32_t b = 0; b < m.batch_size; ++b) c.order[b] = static_cast<int32_t>(b);
+  }
+  if (a->schedule) std::reverse(c.order.begin(), c.order.end());
+  const SsmLayout l = ssm_layout(a->shape, m.total_tokens, m.batch_size);
+  if (a->workspace.bytes < l.bytes) {
+    put(msg, msg_len, "workspace smaller than workspace_bytes asked for");
+    return PB_ERR_INVALID;
+  }
+  const auto st = static_cast<cudaStream_t>(stream);
+  cudaError_t e = cudaSuccess;
+  if (!c.order.empty())
+    e = cudaMemcpyAsync(ws<int32_t>(a->workspace.data, l.order), c.order.data(), c.order.size() * 4,
+                        cudaMemcpyHostToDevice, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  return from_cuda(e, "prepare_ssm upload", msg, msg_len);
+}
+
+pb_status conv1d(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, size_t msg_len) {
+  const Ctx& c = *static_cast<Ctx*>(ctx);
+  const pb_batched_attn_metadata& m = a->metadata;
+  const SsmLayout l = ssm_layout(a->shape, m.total_tokens, m.batch_size);
+  return from_cuda(launch_conv1d(static_cast<cudaStream_t>(stream), ssm_shape(a->shape), m.batch_size, m.total_tokens,
+                                 m.cu_seqlens, reinterpret_cast<const bf16*>(a->x.data),
+                                 reinterpret_cast<const bf16*>(a->conv_weight.data),
+                                 reinterpret_cast<bf16*>(a->conv_state.data), ws<bf16>(a->workspace.data, l.conv_out),
+                                 c.conv_state_bleed),
+                   "conv1d", msg, msg_len);
+}
+
+pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, size_t msg_len) {
+  const Ctx& c = *static_cast<Ctx*>(ctx);
+  const pb_batched_attn_metadata& m = a->metadata;
+  const LayerShape shape = ssm_shape(a->shape);
+  const SsmLayout l = ssm_layout(a->shape, m.total_tokens, m.batch_size);
+  const uint64_t w = a->workspace.data;
+  const bool chunked = gdn_chunked(c, shape);
+  GdnArgs args;
+  args.shape = shape;
+  args.batch_size = m.batch_size;
+  args.total_tokens = m.total_tokens;
+  args.cu_seqlens = m.cu_seqlens;
+  args.h_state_ptrs = a->h_state_ptrs;
+  args.stream_order = ws<const int32_t>(w, l.order);
+  args.conv_out = ws<const bf16>(w, l.conv_out);
+  args.g = reinterpret_cast<const float*>(a->g.data);
+  args.beta = reinterpret_cast<const float*>(a->beta.data);
+  args.out = reinterpret_cast<bf16*>(a->out.data);
+  const auto st = static_cast<cudaStream_t>(stream);
+  return from_cuda(chunked ? launch_gdn_chunked(st, args) : launch_gdn(st, args),
+                   chunked ? "gdn (chunked)" : "gdn (token)", msg, msg_len);
+}
+
+pb_status attn_layer(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
+  for (auto fn : {rope, kv_write, attention})
+    if (const pb_status st = fn(ctx, a, stream, msg, msg_len); st != PB_OK) return st;
+  return PB_OK;
+}
+pb_status ssm_layer(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, size_t msg_len) {
+  for (auto fn : {conv1d, gdn})
+    if (const pb_status st = fn(ctx, a, stream, msg, msg_len); st != PB_OK) return st;
+  return PB_OK;
+}
+
+pb_kernel_table make_table() {
+  pb_kernel_table t;
+  std::memset(&t, 0, sizeof t);
+  t.abi_version = PB_KERNEL_ABI_VERSION;
+  t.struct_size = sizeof(pb_kernel_table);
+  t.name = "pb-cuda";
+  t.version = "1.0.0";
+  t.device = PB_DEVICE_CUDA;
+  t.capabilities = PB_CAP_SCHEDULE;
+  t.init = init;
+  t.teardown = teardown;
+  t.supports = supports;
+  t.set_option = set_option;
+  t.describe = describe;
+  t.workspace_bytes = workspace_bytes;
+  t.prepare_attn = prepare_attn;
+  t.prepare_ssm = prepare_ssm;
+  t.attn_layer = attn_layer;
+  t.ssm_layer = ssm_layer;
+  t.rope = rope;
+  t.kv_write = kv_write;
+  t.attention = attention;
+  t.conv1d = conv1d;
+  t.gdn = gdn;
+  t.precision = precision;
+  return t;
+}
+
+}  // namespace
+}  // namespace pb::kernels
+
+namespace pb {
+const pb_kernel_table* cuda_kernel_table() {
+  static const pb_kernel_table table = kernels::make_table();
+  return &table;
+}
+}  // namespace pb

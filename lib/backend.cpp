@@ -1,0 +1,403 @@
+// backend.cpp: the one harness path for every kernel library (backend.h): the
+// buffers in a Memory, the ABI's argument structs built from them, prepare
+// outside timing, and timing marks around every entry the harness calls.
+#include "backend.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "input_error.h"
+
+namespace pb {
+
+namespace {
+
+constexpr size_t kMsgLen = 1024;
+
+pb_tensor tensor(uint64_t data, pb_dtype dtype, std::initializer_list<int64_t> dims) {
+  pb_tensor t;
+  std::memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = static_cast<uint32_t>(dims.size());
+  int i = 0;
+  for (int64_t d : dims) t.shape[i++] = d;
+  int64_t stride = 1;
+  for (int j = static_cast<int>(t.ndim) - 1; j >= 0; --j) {
+    t.stride[j] = stride;
+    stride *= t.shape[j];
+  }
+  return t;
+}
+
+// The ABI's metadata: the same values, the host copies as pointers into `m`
+// (valid while `m` lives).
+pb_batched_attn_metadata abi_metadata(const BatchedAttnMetadata& m) {
+  pb_batched_attn_metadata a;
+  std::memset(&a, 0, sizeof a);
+  a.positions_stacked = m.positions_stacked;
+  a.positions_h_stacked = m.positions_h_stacked;
+  a.positions_w_stacked = m.positions_w_stacked;
+  a.slot_stacked = m.slot_stacked;
+  a.block_table_ptrs = m.block_table_ptrs;
+  a.seq_len_ptrs = m.seq_len_ptrs;
+  a.batch_size = m.batch_size;
+  a.chunk_len = m.chunk_len;
+  a.total_tokens = m.total_tokens;
+  a.cu_seqlens = m.cu_seqlens;
+  a.cu_seqlens_host = m.cu_seqlens_host.data();
+  a.cu_seqlens_host_count = static_cast<uint32_t>(m.cu_seqlens_host.size());
+  a.kv_lens = m.kv_lens;
+  a.kv_lens_host = m.kv_lens_host.data();
+  a.kv_lens_host_count = static_cast<uint32_t>(m.kv_lens_host.size());
+  a.max_blocks_per_seq = m.max_blocks_per_seq;
+  a.staged_bytes = m.staged_bytes;
+  return a;
+}
+
+int conv_dim(const LayerShape& s) { return 2 * s.num_k_heads * s.k_dim + s.num_v_heads * s.v_dim; }
+
+}  // namespace
+
+uint64_t outputs_checksum(const LayerOutputs& o) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  mix(o.out.data(), o.out.size() * 2);
+  mix(o.k_cache.data(), o.k_cache.size() * 2);
+  mix(o.v_cache.data(), o.v_cache.size() * 2);
+  mix(o.conv_state.data(), o.conv_state.size() * 2);
+  for (const auto& s : o.h_state) mix(s.data(), s.size() * 4);
+  return h;
+}
+
+pb_layer_shape abi_layer_shape(LayerKind kind, const LayerShape& s) {
+  pb_layer_shape l;
+  std::memset(&l, 0, sizeof l);
+  l.struct_size = sizeof l;
+  l.kind = kind == LayerKind::attn ? PB_LAYER_ATTN : PB_LAYER_SSM;
+  l.attn.num_q_heads = s.num_q_heads;
+  l.attn.num_kv_heads = s.num_kv_heads;
+  l.attn.head_dim = s.head_dim;
+  l.attn.rotary_dim = s.rotary_dim;
+  l.attn.rope_theta = s.rope_theta;
+  l.attn.mrope_enabled = s.mrope;
+  l.attn.mrope_interleaved = s.mrope_interleaved;
+  for (int i = 0; i < 3; ++i) l.attn.mrope_sections[i] = s.mrope_sections[i];
+  l.attn.block_size = s.block_size;
+  l.attn.num_blocks = s.num_blocks;
+  l.attn.poison_block = s.poison_block;
+  l.attn.scale = s.head_dim > 0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim))) : 0.f;
+  l.ssm.num_k_heads = s.num_k_heads;
+  l.ssm.num_v_heads = s.num_v_heads;
+  l.ssm.k_dim = s.k_dim;
+  l.ssm.v_dim = s.v_dim;
+  l.ssm.d_conv = s.d_conv;
+  l.ssm.conv_dim = conv_dim(s);
+  return l;
+}
+
+Backend::Backend(std::unique_ptr<Memory> memory, std::unique_ptr<KernelLibrary> library)
+    : memory_(std::move(memory)), library_(std::move(library)) {
+  library_->init();
+}
+
+Backend::~Backend() {
+  // The library's context goes before the memory its entries wrote into.
+  library_.reset();
+  memory_.reset();
+}
+
+Backend::Buffer Backend::alloc(size_t bytes) { return {memory_->allocate(bytes), bytes}; }
+
+template <class T>
+Backend::Buffer Backend::upload(const std::vector<T>& host, size_t expect, const char* what) {
+  if (host.size() != expect)
+    throw std::runtime_error(fmt::format("harness: {} holds {} elements, expected {}", what, host.size(), expect));
+  Buffer b = alloc(expect * sizeof(T));
+  memory_->upload(b.at, host.data(), b.bytes);
+  return b;
+}
+
+const Backend::LayerBuffers& Backend::at(int layer) const {
+  if (layer < 0 || layer >= static_cast<int>(layers_.size()))
+    throw std::runtime_error(fmt::format("harness: no layer {}", layer));
+  return layers_[layer];
+}
+
+void Backend::allocate(const Batch& batch, const LayerShape& shape, size_t scratch_bytes, size_t arena_bytes) {
+  memory_->release_all();
+  layers_.clear();
+  shape_ = shape;
+  num_streams_ = batch.num_streams;
+  total_tokens_ = batch.total_tokens;
+  scratch_bytes_ = scratch_bytes;
+  arena_bytes_ = arena_bytes;
+  scratch_ = alloc(scratch_bytes).at;
+  arena_ = alloc(arena_bytes).at;
+
+  const size_t T = static_cast<size_t>(batch.total_tokens);
+  const size_t N = static_cast<size_t>(batch.num_streams);
+  const size_t q_elems = T * shape.num_q_heads * shape.head_dim;
+  const size_t kv_elems = T * shape.num_kv_heads * shape.head_dim;
+  const size_t cache_elems = static_cast<size_t>(shape.num_blocks) * shape.block_size * shape.num_kv_heads * shape.head_dim;
+  const size_t C = static_cast<size_t>(conv_dim(shape));
+  const size_t hist = shape.d_conv > 0 ? static_cast<size_t>(shape.d_conv - 1) : 0;
+  const size_t h_elems = static_cast<size_t>(shape.num_v_heads) * shape.v_dim * shape.k_dim;
+
+  layers_.resize(batch.layers.size());
+  for (size_t l = 0; l < batch.layers.size(); ++l) {
+    LayerBuffers& L = layers_[l];
+    const LayerInputs& in = batch.layers[l];
+    L.kind = in.kind;
+    if (in.kind == LayerKind::attn) {
+      L.q = upload(in.attn.q, q_elems, "attn q");
+      L.k = upload(in.attn.k, kv_elems, "attn k");
+      L.v = upload(in.attn.v, kv_elems, "attn v");
+      L.out = alloc(q_elems * sizeof(bf16));
+      L.k_cache0 = upload(initial_cache(batch, shape, static_cast<int>(l), false), cache_elems, "k cache");
+      L.v_cache0 = upload(initial_cache(batch, shape, static_cast<int>(l), true), cache_elems, "v cache");
+      L.k_cache = alloc(cache_elems * sizeof(bf16));
+      L.v_cache = alloc(cache_elems * sizeof(bf16));
+    } else {
+      const GdnInputs& gi = in.gdn;
+      L.x = upload(gi.x, T * C, "gdn x");
+      L.conv_w = upload(gi.conv_w, C * shape.d_conv, "gdn conv_w");
+      L.g = upload(gi.g, T * shape.num_v_heads, "gdn g");
+      L.beta = upload(gi.beta, T * shape.num_v_heads, "gdn beta");
+      L.out = alloc(T * shape.num_v_heads * shape.v_dim * sizeof(bf16));
+      std::vector<bf16> conv0;
+      std::vector<float> h0;
+      conv0.reserve(N * C * hist);
+      h0.reserve(N * h_elems);
+      for (size_t b = 0; b < N; ++b) {
+        if (b >= gi.conv0.size() || gi.conv0[b].size() != C * hist || b >= gi.h0.size() || gi.h0[b].size() != h_elems)
+          throw std::runtime_error(fmt::format("harness: gdn layer {} stream {}: conv0/h0 of the wrong size", l, b));
+        conv0.insert(conv0.end(), gi.conv0[b].begin(), gi.conv0[b].end());
+        h0.insert(h0.end(), gi.h0[b].begin(), gi.h0[b].end());
+      }
+      L.conv0 = upload(conv0, N * C * hist, "conv0");
+      L.h0 = upload(h0, N * h_elems, "h0");
+      L.conv_state = alloc(N * C * hist * sizeof(bf16));
+      L.h_state = alloc(N * h_elems * sizeof(float));
+    }
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) reset_layer(static_cast<int>(l));
+}
+
+uint64_t Backend::h_state_address(int layer, int stream) const {
+  const size_t h_elems = static_cast<size_t>(shape_.num_v_heads) * shape_.v_dim * shape_.k_dim;
+  return at(layer).h_state.at + static_cast<uint64_t>(stream) * h_elems * sizeof(float);
+}
+
+void Backend::upload_metadata(const std::vector<uint8_t>& scratch, const std::vector<uint8_t>& arena) {
+  if (scratch.size() > scratch_bytes_ || arena.size() > arena_bytes_)
+    throw std::runtime_error("harness: metadata image larger than the scratch/arena allocated");
+  memory_->upload(scratch_, scratch.data(), scratch.size());
+  memory_->upload(arena_, arena.data(), arena.size());
+}
+
+void Backend::write_scratch(size_t offset, const void* data, size_t bytes) {
+  if (offset > scratch_bytes_ || bytes > scratch_bytes_ - offset)
+    throw std::runtime_error("harness: write_scratch past the end of scratch");
+  memory_->upload(scratch_ + offset, data, bytes);
+}
+
+std::string Backend::unsupported(int layer) const {
+  return library_->unsupported(abi_layer_shape(at(layer).kind, shape_));
+}
+
+GdnPrecision Backend::gdn_precision(int layer) const {
+  const std::string p = library_->precision(abi_layer_shape(at(layer).kind, shape_), "gdn");
+  if (p == "fp32") return GdnPrecision::fp32;
+  if (p == "tf32-chunked") return GdnPrecision::tf32_chunked;
+  throw InputError(fmt::format("kernel library {}: precision(\"gdn\") is '{}', which the harness cannot model "
+                               "(known: fp32, tf32-chunked; docs/KERNEL-ABI.md)", library_->label(), p));
+}
+
+void Backend::reset_layer(int layer) {
+  const LayerBuffers& L = at(layer);
+  if (L.kind == LayerKind::attn) {
+    memory_->copy(L.k_cache.at, L.k_cache0.at, L.k_cache0.bytes);
+    memory_->copy(L.v_cache.at, L.v_cache0.at, L.v_cache0.bytes);
+  } else {
+    memory_->copy(L.h_state.at, L.h0.at, L.h0.bytes);
+    memory_->copy(L.conv_state.at, L.conv0.at, L.conv0.bytes);
+  }
+  memory_->fill_u16(L.out.at, L.out.bytes / 2, kBf16OutputPoisonBits);
+  memory_->synchronize("reset_layer");
+}
+
+std::vector<KernelTime> Backend::run_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs,
+                                           uint32_t schedule) {
+  LayerBuffers& L = layers_.at(layer);
+  const pb_kernel_table& t = library_->table();
+  void* ctx = library_->context();
+  void* stream = memory_->stream();
+  const bool attn = L.kind == LayerKind::attn;
+  const pb_layer_shape shape = abi_layer_shape(L.kind, shape_);
+
+  // The library's workspace, grown when this metadata asks for more, poisoned every run.
+  const pb_batched_attn_metadata m = abi_metadata(meta);
+  const uint64_t ws = library_->workspace_bytes(shape, m);
+  if (ws > L.workspace.bytes || (ws && !L.workspace.at)) L.workspace = alloc(ws);
+  if (L.workspace.bytes) memory_->fill_u16(L.workspace.at, L.workspace.bytes / 2, kBf16PoisonBits);
+
+  const size_t T = static_cast<size_t>(total_tokens_), N = static_cast<size_t>(num_streams_);
+  const pb_workspace workspace{L.workspace.at, L.workspace.bytes};
+  std::vector<KernelTime> times;
+  char msg[kMsgLen] = "";
+  int marks = 0;
+  auto timed = [&](const char* name, auto&& call) {
+    msg[0] = '\0';
+    memory_->mark(marks);
+    const pb_status st = call();
+    memory_->mark(marks + 1);
+    library_->check(st, name, msg);
+    times.push_back({name, static_cast<double>(marks)});  // marker index until synchronised
+    marks += 2;
+  };
+  if (attn) {
+    pb_attn_layer_args a;
+    std::memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.schedule = schedule;
+    a.metadata = m;
+    a.shape = shape.attn;
+    const int64_t Hq = shape_.num_q_heads, Hkv = shape_.num_kv_heads, D = shape_.head_dim;
+    a.q = tensor(L.q.at, PB_DTYPE_BF16, {int64_t(T), Hq, D});
+    a.k = tensor(L.k.at, PB_DTYPE_BF16, {int64_t(T), Hkv, D});
+    a.v = tensor(L.v.at, PB_DTYPE_BF16, {int64_t(T), Hkv, D});
+    a.out = tensor(L.out.at, PB_DTYPE_BF16, {int64_t(T), Hq, D});
+    a.k_cache = tensor(L.k_cache.at, PB_DTYPE_BF16, {shape_.num_blocks, shape_.block_size, Hkv, D});
+    a.v_cache = tensor(L.v_cache.at, PB_DTYPE_BF16, {shape_.num_blocks, shape_.block_size, Hkv, D});
+    a.workspace = workspace;
+    if (t.prepare_attn) library_->check(t.prepare_attn(ctx, &a, stream, msg, sizeof msg), "prepare_attn", msg);
+    if (t.rope && t.kv_write && t.attention) {
+      timed("rope", [&] { return t.rope(ctx, &a, stream, msg, sizeof msg); });
+      timed("kv_write", [&] { return t.kv_write(ctx, &a, stream, msg, sizeof msg); });
+      timed("attention", [&] { return t.attention(ctx, &a, stream, msg, sizeof msg); });
+    } else {
+      timed("attn_layer", [&] { return t.attn_layer(ctx, &a, stream, msg, sizeof msg); });
+    }
+  } else {
+    pb_ssm_layer_args a;
+    std::memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.schedule = schedule;
+    a.metadata = m;
+    a.shape = shape.ssm;
+    const int64_t Hv = shape_.num_v_heads, C = conv_dim(shape_), K = shape_.d_conv;
+    a.x = tensor(L.x.at, PB_DTYPE_BF16, {int64_t(T), C});
+    a.g = tensor(L.g.at, PB_DTYPE_F32, {int64_t(T), Hv});
+    a.beta = tensor(L.beta.at, PB_DTYPE_F32, {int64_t(T), Hv});
+    a.conv_weight = tensor(L.conv_w.at, PB_DTYPE_BF16, {C, K});
+    a.conv_state = tensor(L.conv_state.at, PB_DTYPE_BF16, {int64_t(N), C, K > 0 ? K - 1 : 0});
+    a.h_state_ptrs = h_state_ptrs;
+    a.out = tensor(L.out.at, PB_DTYPE_BF16, {int64_t(T), Hv, shape_.v_dim});
+    a.workspace = workspace;
+    if (t.prepare_ssm) library_->check(t.prepare_ssm(ctx, &a, stream, msg, sizeof msg), "prepare_ssm", msg);
+    if (t.conv1d && t.gdn) {
+      timed("conv1d", [&] { return t.conv1d(ctx, &a, stream, msg, sizeof msg); });
+      timed("gdn", [&] { return t.gdn(ctx, &a, stream, msg, sizeof msg); });
+    } else {
+      timed("ssm_layer", [&] { return t.ssm_layer(ctx, &a, stream, msg, sizeof msg); });
+    }
+  }
+  memory_->synchronize(attn ? "attention layer" : "ssm layer");
+  for (KernelTime& k : times) {
+    const int from = static_cast<int>(k.ms);
+    k.ms = memory_->elapsed_ms(from, from + 1);
+  }
+  return times;
+}
+
+LayerOutputs Backend::read_layer(int layer) {
+  const LayerBuffers& L = at(layer);
+  LayerOutputs o;
+  auto down = [&](auto& vec, const Buffer& b) {
+    vec.resize(b.bytes / sizeof(vec[0]));
+    memory_->download(vec.data(), b.at, vec.size() * sizeof(vec[0]));
+  };
+  down(o.out, L.out);
+  if (L.kind == LayerKind::attn) {
+    down(o.k_cache, L.k_cache);
+    down(o.v_cache, L.v_cache);
+  } else {
+    down(o.conv_state, L.conv_state);
+    std::vector<float> all;
+    down(all, L.h_state);
+    const size_t h_elems = num_streams_ ? all.size() / num_streams_ : 0;
+    o.h_state.resize(num_streams_);
+    for (int b = 0; b < num_streams_; ++b)
+      o.h_state[b].assign(all.begin() + b * h_elems, all.begin() + (b + 1) * h_elems);
+  }
+  return o;
+}
+
+std::vector<uint8_t> Backend::read_scratch() {
+  std::vector<uint8_t> h(scratch_bytes_);
+  memory_->download(h.data(), scratch_, h.size());
+  return h;
+}
+
+std::vector<uint8_t> Backend::read_arena() {
+  std::vector<uint8_t> h(arena_bytes_);
+  memory_->download(h.data(), arena_, h.size());
+  return h;
+}
+
+bool cuda_device_available(std::string* why) {
+  if (!cuda_kernel_table()) {
+    if (why) *why = "this build has no CUDA kernels (nvcc was not found at configure time)";
+    return false;
+  }
+  return make_cuda_memory(why) != nullptr;
+}
+
+std::unique_ptr<Backend> make_host_backend() {
+  return std::make_unique<Backend>(make_host_memory(), KernelLibrary::builtin(host_kernel_table()));
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& want, const std::string& kernels_path) {
+  if (want != "auto" && want != "cuda" && want != "host")
+    throw InputError("--backend: expected auto, cuda or host, found '" + want + "'");
+  std::unique_ptr<KernelLibrary> lib;
+  bool cuda = false;
+  if (!kernels_path.empty()) {
+    lib = KernelLibrary::open(kernels_path);
+    cuda = lib->cuda();
+    if (want != "auto" && want != (cuda ? "cuda" : "host"))
+      throw InputError(fmt::format("--kernels {}: '{}' is a {} library; --backend {} asks for the other",
+                                   kernels_path, lib->table().name, cuda ? "CUDA" : "host", want));
+  } else if (want == "cuda") {
+    cuda = true;
+  } else if (want == "auto") {
+    std::string ignored;
+    cuda = cuda_device_available(&ignored);
+  }
+  if (!cuda) {
+    if (!lib) lib = KernelLibrary::builtin(host_kernel_table());
+    return std::make_unique<Backend>(make_host_memory(), std::move(lib));
+  }
+  std::string why;
+  std::unique_ptr<Memory> memory = make_cuda_memory(&why);
+  if (!memory) {
+    if (lib)
+      throw InputError(fmt::format("--kernels {}: '{}' is a CUDA library and there is no CUDA device here ({})",
+                                   kernels_path, lib->table().name, why));
+    throw InputError("--backend cuda: " + why);
+  }
+  if (!lib) {
+    if (!cuda_kernel_table()) throw InputError("--backend cuda: this build has no CUDA kernels");
+    lib = KernelLibrary::builtin(cuda_kernel_table());
+  }
+  return std::make_unique<Backend>(std::move(memory), std::move(lib));
+}
+
+}  // namespace pb
