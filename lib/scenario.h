@@ -98,7 +98,6 @@ struct Scenario {
   std::vector<StreamSource> streams;
   int warmup = 2;
   int repeat = 10;
-  bool l2_flush = false;
   Tolerance tol_bf16;
   int64_t kv_num_blocks = 0;       // 0: enough for the batch plus spare blocks
   int64_t scratch_capacity = 0;    // bytes; 0: what the layout needs plus guards
