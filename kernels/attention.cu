@@ -46,6 +46,7 @@ struct AttnParams {
   const int32_t* cu_seqlens;
   const int32_t* kv_lens;
   const uint64_t* block_table_ptrs;
+  detail::PtrWindow tables;  // where block_table_ptrs[b] may point (max_blocks_per_seq + 1 entries)
   const AttnWorkItem* work;
   const uint16_t* q_rot;
   const uint16_t* k_cache;
@@ -107,7 +108,11 @@ __global__ void __launch_bounds__(AttnConfig::kThreads) attention_kernel(AttnPar
   const int nrows = min(p.rows_per_tile, count - row0);
   const int kv_len = clamp_int(p.kv_lens[b], 0, p.max_blocks_per_seq * p.block_size);
   const int chunk_start = max(kv_len - count, 0);
-  const int32_t* table = reinterpret_cast<const int32_t*>(p.block_table_ptrs[b]);
+  // Entries 0..max_blocks_per_seq are read: a pointer that does not hold them
+  // all inside the arena skips the stream (its rows stay poisoned).
+  const uint64_t table_at = p.block_table_ptrs[b];
+  if (!in_window(table_at, p.tables, 4)) return;
+  const int32_t* table = reinterpret_cast<const int32_t*>(table_at);
   const int head0 = kvh * p.group + hc * p.heads_per_cta;
   const int nheads = min(p.heads_per_cta, p.group - hc * p.heads_per_cta);
   // Token at cache index pos attends keys 0..pos (+1 under the fault).
@@ -376,7 +381,7 @@ cudaError_t launch_attention(cudaStream_t stream, const LayerShape& shape, uint3
                              uint64_t cu_seqlens, uint64_t kv_lens, uint64_t block_table_ptrs,
                              const AttnWorkItem* work, int num_work, const bf16* q_rot,
                              const bf16* k_cache, const bf16* v_cache, bf16* out, float scale,
-                             bool causal_off_by_one) {
+                             bool causal_off_by_one, AddressRange tables) {
   if (shape.num_kv_heads <= 0 || shape.num_q_heads % shape.num_kv_heads != 0 || shape.block_size <= 0)
     return cudaErrorInvalidValue;
   if (num_work <= 0 || total_tokens == 0) return cudaSuccess;
@@ -398,6 +403,7 @@ cudaError_t launch_attention(cudaStream_t stream, const LayerShape& shape, uint3
   p.cu_seqlens = reinterpret_cast<const int32_t*>(cu_seqlens);
   p.kv_lens = reinterpret_cast<const int32_t*>(kv_lens);
   p.block_table_ptrs = reinterpret_cast<const uint64_t*>(block_table_ptrs);
+  p.tables = detail::ptr_window(tables, 4 * (static_cast<uint64_t>(max_blocks_per_seq) + 1));
   p.work = work;
   p.q_rot = reinterpret_cast<const uint16_t*>(q_rot);
   p.k_cache = reinterpret_cast<const uint16_t*>(k_cache);

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/kernels.h"
+
 namespace pb::kernels::detail {
 
 __device__ __forceinline__ float bf16_to_float(uint16_t bits) {
@@ -35,6 +37,25 @@ __device__ __forceinline__ StreamRows stream_rows(const int32_t* cu_seqlens, int
   s.end = clamp_int(cu_seqlens[b + 1], 0, total_tokens);
   if (s.end < s.begin) s.end = s.begin;
   return s;
+}
+
+// The addresses [lo, hi] at which a pointer read back from staged metadata may
+// start so that the `bytes` read through it lie inside `range`. Computed once
+// on the host (launchers), so a kernel's check is two compares: registers in
+// the hot kernels are tight. An empty range ({0, 0}) admits any non-null
+// address; a range smaller than `bytes` admits none.
+struct PtrWindow {
+  uint64_t lo, hi;
+};
+inline PtrWindow ptr_window(AddressRange range, uint64_t bytes) {
+  if (range.end == 0) return {1, ~uint64_t(0)};
+  if (range.end < range.begin || range.end - range.begin < bytes) return {1, 0};
+  return {range.begin, range.end - bytes};
+}
+// True when `a` may be dereferenced as the window says and is `align`-aligned;
+// false: the caller skips the stream, whose output stays poisoned.
+__device__ __forceinline__ bool in_window(uint64_t a, PtrWindow w, unsigned align) {
+  return a >= w.lo && a <= w.hi && a % align == 0;
 }
 
 // Unpacks 8 bf16 (one 16-byte load) into floats.

@@ -50,6 +50,7 @@ struct GdnParams {
   float inv_sqrt_dk;
   const int32_t* cu_seqlens;
   const uint64_t* h_state_ptrs;
+  detail::PtrWindow states;  // where h_state_ptrs[b] may point (a whole [Hv, v_dim, k_dim] state)
   const int32_t* order;
   const uint16_t* conv_out;
   const float* g;
@@ -95,9 +96,13 @@ __global__ void __launch_bounds__(GdnConfig::kWarps * 32, (GdnTile<KP, StateRegs
   const int rb = rem - h * p.row_blocks;
   const int b = p.order ? p.order[ob] : ob;
   if (b < 0 || b >= p.batch_size) return;
+  // The whole state [Hv, v_dim, k_dim] must lie in the h_state buffer, 16-byte
+  // aligned (float4 moves); else the stream is skipped (its rows stay poisoned).
+  const uint64_t state_at = p.h_state_ptrs[b];
+  if (!in_window(state_at, p.states, 16)) return;
   const int kh = h / (p.num_v_heads / p.num_k_heads);
   const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
-  float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
+  float* S_g = reinterpret_cast<float*>(state_at) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
 
   const int row_base = warp * Tile::kRowsPerWarp + grp * RPL;  // local row of rr = 0
   float4 S[RPL][NC4];
@@ -316,7 +321,7 @@ std::vector<int32_t> plan_gdn_order(const std::vector<int32_t>& cu_seqlens_host)
 cudaError_t launch_gdn(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
                        uint32_t total_tokens, uint64_t cu_seqlens, uint64_t h_state_ptrs,
                        const int32_t* stream_order, const bf16* conv_out, const float* g,
-                       const float* beta, bf16* out) {
+                       const float* beta, bf16* out, AddressRange states) {
   if (shape.num_k_heads <= 0 || shape.num_v_heads <= 0 || shape.num_v_heads % shape.num_k_heads != 0 ||
       shape.k_dim <= 0 || shape.k_dim % 4 != 0 || shape.k_dim > 256 || shape.v_dim <= 0)
     return cudaErrorInvalidValue;
@@ -333,6 +338,7 @@ cudaError_t launch_gdn(cudaStream_t stream, const LayerShape& shape, uint32_t ba
   p.inv_sqrt_dk = 1.f / sqrtf(static_cast<float>(shape.k_dim));
   p.cu_seqlens = reinterpret_cast<const int32_t*>(cu_seqlens);
   p.h_state_ptrs = reinterpret_cast<const uint64_t*>(h_state_ptrs);
+  p.states = detail::ptr_window(states, 4ull * shape.num_v_heads * shape.v_dim * shape.k_dim);
   p.order = stream_order;
   p.conv_out = reinterpret_cast<const uint16_t*>(conv_out);
   p.g = g;

@@ -39,6 +39,7 @@ struct ChunkParams {
   float inv_sqrt_dk;
   const int32_t* cu_seqlens;
   const uint64_t* h_state_ptrs;
+  detail::PtrWindow states;  // where h_state_ptrs[b] may point (a whole [Hv, v_dim, k_dim] state)
   const int32_t* order;
   const uint16_t* conv_out;
   const float* g;
@@ -161,7 +162,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkParams p)
   const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
   const int v0 = vb * VB;
   const int vn = min(VB, p.v_dim - v0);  // a multiple of 8
-  float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
+  // The whole state [Hv, v_dim, k_dim] must lie in the h_state buffer, 8-byte
+  // aligned (float2 moves); else the stream is skipped (its rows stay poisoned).
+  const uint64_t state_at = p.h_state_ptrs[b];
+  if (!in_window(state_at, p.states, 8)) return;
+  float* S_g = reinterpret_cast<float*>(state_at) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
 
   // The state: this warp's SG::TM x SG::TN tiles of [VB][KP], fp32.
   const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
@@ -496,7 +501,7 @@ bool gdn_chunked_supports(const LayerShape& shape) {
 cudaError_t launch_gdn_chunked(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
                                uint32_t total_tokens, uint64_t cu_seqlens, uint64_t h_state_ptrs,
                                const int32_t* stream_order, const bf16* conv_out, const float* g,
-                               const float* beta, bf16* out) {
+                               const float* beta, bf16* out, AddressRange states) {
   if (!gdn_chunked_supports(shape)) return cudaErrorInvalidValue;
   if (batch_size == 0) return cudaSuccess;
   ChunkParams p;
@@ -511,6 +516,7 @@ cudaError_t launch_gdn_chunked(cudaStream_t stream, const LayerShape& shape, uin
   p.inv_sqrt_dk = 1.f / sqrtf(static_cast<float>(shape.k_dim));
   p.cu_seqlens = reinterpret_cast<const int32_t*>(cu_seqlens);
   p.h_state_ptrs = reinterpret_cast<const uint64_t*>(h_state_ptrs);
+  p.states = detail::ptr_window(states, 4ull * shape.num_v_heads * shape.v_dim * shape.k_dim);
   p.order = stream_order;
   p.conv_out = reinterpret_cast<const uint16_t*>(conv_out);
   p.g = g;

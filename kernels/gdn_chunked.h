@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/kernels.h"
 #include "lib/bf16.h"
 #include "lib/metadata.h"
 
@@ -23,6 +24,6 @@ bool gdn_chunked_supports(const LayerShape& shape);
 cudaError_t launch_gdn_chunked(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
                                uint32_t total_tokens, uint64_t cu_seqlens, uint64_t h_state_ptrs,
                                const int32_t* stream_order, const bf16* conv_out, const float* g,
-                               const float* beta, bf16* out);
+                               const float* beta, bf16* out, AddressRange states = {});
 
 }  // namespace pb::kernels

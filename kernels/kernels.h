@@ -17,6 +17,16 @@
 
 namespace pb::kernels {
 
+// [begin, end): the device buffer a pointer read back from staged metadata
+// (a block-table pointer, an h_state pointer) must point into, together with
+// everything read through it. A pointer outside it is corrupt: the kernel
+// skips that stream, whose output stays poisoned for the checks to report.
+// {0, 0} (the default, for callers that own no such buffer) rejects only null
+// and misaligned pointers.
+struct AddressRange {
+  uint64_t begin = 0, end = 0;
+};
+
 // ---- rope.cu --------------------------------------------------------------
 // inv_freq[i] = rope_theta ^ (-2i / rotary_dim) in double, rounded to float:
 // the table the rope kernel takes (device copy of rotary_dim / 2 floats).
@@ -56,12 +66,15 @@ std::vector<AttnWorkItem> plan_attention_work(const LayerShape& shape,
                                               const std::vector<int32_t>& kv_lens_host);
 // Paged varlen causal GQA attention: out[T, Hq, D] from q_rot and the paged
 // caches. `causal_off_by_one` is the fault: a token also sees the key after it.
+// `tables`: the table arena every block_table_ptrs[b] must point into (with its
+// max_blocks_per_seq + 1 entries); a stream whose pointer does not is skipped.
+// (kernels/attention_mma.h does not take it yet: see docs/DESIGN.md.)
 cudaError_t launch_attention(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
                              uint32_t total_tokens, uint32_t max_blocks_per_seq,
                              uint64_t cu_seqlens, uint64_t kv_lens, uint64_t block_table_ptrs,
                              const AttnWorkItem* work, int num_work, const bf16* q_rot,
                              const bf16* k_cache, const bf16* v_cache, bf16* out, float scale,
-                             bool causal_off_by_one);
+                             bool causal_off_by_one, AddressRange tables = {});
 
 // ---- gdn_conv.cu ----------------------------------------------------------
 // Depthwise causal conv1d + SiLU over x [T, conv_dim] into conv_out, reading
@@ -77,11 +90,13 @@ cudaError_t launch_conv1d(cudaStream_t stream, const LayerShape& shape, uint32_t
 // Gated delta rule, token by token in fp32, per (stream, v head): S read and
 // written through h_state_ptrs (u64 [N] at that address), q/k/v from conv_out,
 // g/beta f32 [T, Hv], out bf16 [T, Hv, v_dim]. `stream_order` (device, [N],
-// may be null) lists the streams longest first.
+// may be null) lists the streams longest first. `states`: the h_state buffer
+// every h_state_ptrs[b] must point into (with its whole [Hv, v_dim, k_dim]
+// state); a stream whose pointer does not is skipped.
 cudaError_t launch_gdn(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
                        uint32_t total_tokens, uint64_t cu_seqlens, uint64_t h_state_ptrs,
                        const int32_t* stream_order, const bf16* conv_out, const float* g,
-                       const float* beta, bf16* out);
+                       const float* beta, bf16* out, AddressRange states = {});
 // (kernels/gdn_chunked.h: the chunked form, same arguments; the CUDA backend's
 // default, this one the oracle under PB_GDN_KERNEL=token.)
 // The streams by token count (host copy), longest first.

@@ -324,7 +324,7 @@ class CudaBackend final : public Backend {
             stream_, shape_, meta.batch_size, meta.total_tokens, meta.max_blocks_per_seq, meta.cu_seqlens,
             meta.kv_lens, meta.block_table_ptrs, work_.as<kernels::AttnWorkItem>(), work_count_,
             L.q_rot.as<bf16>(), L.k_cache.as<bf16>(), L.v_cache.as<bf16>(), L.out.as<bf16>(), scale,
-            faults_.has(Fault::causal_off_by_one));
+            faults_.has(Fault::causal_off_by_one), arena_range());
       });
     } else {
       prepare_order(meta);
@@ -337,10 +337,11 @@ class CudaBackend final : public Backend {
         if (gdn_chunked_)
           return kernels::launch_gdn_chunked(stream_, shape_, meta.batch_size, meta.total_tokens, meta.cu_seqlens,
                                              h_state_ptrs, order_.as<int32_t>(), L.conv_out.as<bf16>(),
-                                             L.g.as<float>(), L.beta.as<float>(), L.out.as<bf16>());
+                                             L.g.as<float>(), L.beta.as<float>(), L.out.as<bf16>(),
+                                             range_of(L.h_state));
         return kernels::launch_gdn(stream_, shape_, meta.batch_size, meta.total_tokens, meta.cu_seqlens,
                                    h_state_ptrs, order_.as<int32_t>(), L.conv_out.as<bf16>(), L.g.as<float>(),
-                                   L.beta.as<float>(), L.out.as<bf16>());
+                                   L.beta.as<float>(), L.out.as<bf16>(), range_of(L.h_state));
       });
     }
     PB_CUDA(cudaStreamSynchronize(stream_));
@@ -391,6 +392,11 @@ class CudaBackend final : public Backend {
   size_t conv_dim_() const {
     return static_cast<size_t>(2 * shape_.num_k_heads * shape_.k_dim + shape_.num_v_heads * shape_.v_dim);
   }
+
+  // The buffers a pointer read back from scratch may point into: kernels skip
+  // a stream whose block-table or h_state pointer lies outside its range.
+  static kernels::AddressRange range_of(const DeviceBuffer& b) { return {b.address(), b.address() + b.bytes()}; }
+  kernels::AddressRange arena_range() const { return {arena_.address(), arena_.address() + arena_bytes_}; }
 
   LayerBuffers& at(int layer) {
     if (layer < 0 || layer >= static_cast<int>(layers_.size()))
