@@ -3,9 +3,10 @@
 // the block-table / h_state pointer arrays resolved inside its own buffers)
 // and computes each batched layer as the kernels do (reference.h's contract,
 // at kernel precision). Every address and index read from metadata is bounds
-// checked, as a GPU would read garbage instead of crashing: a block id outside
-// the cache reads as NaN poison, a pointer outside its buffer skips the stream
-// (its output stays poisoned). Tiles: attention runs per (stream, kv head,
+// checked (lib/stream_bounds.h), as a GPU would read garbage instead of
+// crashing: a block id outside the cache reads as NaN poison, a pointer outside
+// its buffer skips the stream (its output stays poisoned), cu_seqlens decode
+// to rows inside the batch. Tiles: attention runs per (stream, kv head,
 // q tile) with full key tiles as matrix products and the diagonal tile per row.
 #include <Eigen/Dense>
 #include <chrono>
@@ -16,6 +17,7 @@
 
 #include "backend.h"
 #include "parallel.h"
+#include "stream_bounds.h"
 
 namespace pb {
 
@@ -50,9 +52,7 @@ struct Region {
   size_t bytes;
   template <typename T>
   const T* at(uint64_t a, size_t count) const {
-    const uint64_t b = addr(base);
-    if (a < b || a % alignof(T) != 0 || a - b + count * sizeof(T) > bytes) return nullptr;
-    return reinterpret_cast<const T*>(a);
+    return bounded_address<T>(a, base, bytes, count);
   }
 };
 
@@ -185,8 +185,9 @@ class HostBackend final : public Backend {
   bool stream_rows(const BatchedAttnMetadata& m, int b, int* begin, int* end) const {
     const int32_t* cu = scratch_region().at<int32_t>(m.cu_seqlens, N_ + 1);
     if (!cu) return false;
-    *begin = std::clamp(cu[b], 0, T_);
-    *end = std::clamp(cu[b + 1], *begin, T_);
+    const StreamRows s = decode_stream_rows(cu, b, T_);
+    *begin = s.begin;
+    *end = s.end;
     return true;
   }
 
@@ -372,9 +373,10 @@ class HostBackend final : public Backend {
     const int C = shape_conv_dim(), K = shape_.d_conv, W = K - 1;
     const bool bleed = faults_.has(Fault::conv_state_bleed);
     parallel_for(T_, [&](int r) {
-      int b = static_cast<int>(std::upper_bound(cu, cu + N_ + 1, static_cast<int32_t>(r)) - cu) - 1;
-      if (b < 0 || b >= N_) return;
-      const int begin = cu[b];
+      StreamRows rows;
+      const int b = decode_stream_of_row(cu, N_, T_, r, &rows);
+      if (b < 0) return;  // a row no stream owns stays poisoned
+      const int begin = rows.begin;
       for (int c = 0; c < C; ++c) {
         float u = 0;
         for (int j = 0; j < K; ++j) {
@@ -391,7 +393,8 @@ class HostBackend final : public Backend {
     });
     // The new conv_state: the last W inputs of (old state ++ the stream's rows).
     for (int b = 0; b < N_; ++b) {
-      const int begin = std::clamp(cu[b], 0, T_), end = std::clamp(cu[b + 1], begin, T_);
+      const StreamRows rows = decode_stream_rows(cu, b, T_);
+      const int begin = rows.begin, end = rows.end;
       for (int c = 0; c < C; ++c) {
         bf16* st = &d.conv_state[(static_cast<size_t>(b) * C + c) * W];
         std::vector<bf16> joined(st, st + W);
