@@ -163,7 +163,7 @@ class CudaBackend final : public Backend {
     info_.runtime = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
     info_.driver = driver_version();
     if (info_.name.find("H200") != std::string::npos) {
-      // Measured on this workplace's H200 (shared/DEVICE-NOTES.md): bf16 matrix
+      // Measured on this workplace's H200 (docs/DEVICE-NOTES.md): bf16 matrix
       // product ~790 TFLOP/s, device-to-device copy 4.24 TB/s (read + write).
       info_.peak_tflops = 790;
       info_.peak_gbps = 4240;
