@@ -1,10 +1,10 @@
 // bench_cuda.cpp: the batched attention kernels on the GPU: the tensor-core
 // kernel (every tuning variant of kernels/attention_mma.cu) and the fp32 oracle
-// (kernels/attention.cu), over head_dim 64/128/256 x stream mix (DEVICE-NOTES'
-// mixed batch, 8 x 4096, 32 x 512, continuation chunks) x GQA ratio (16 q heads
-// over 2 or 16 kv heads). Google Benchmark with manual time: each iteration is
-// one launch between two CUDA events; counters TFLOP/s and GB/s count work as
-// DESIGN.md "Counting work" (lib/work_counts). Inputs are random bf16 (never
+// (kernels/attention.cu), over head_dim 64/128/256 x stream mix (the
+// docs/DEVICE-NOTES.md mixed batch, 8 x 4096, 32 x 512, continuation chunks) x
+// GQA ratio (16 q heads over 2 or 16 kv heads). Google Benchmark with manual
+// time: each iteration is one launch between two CUDA events; counters TFLOP/s
+// and GB/s count work as docs/DESIGN.md "Counting work" (lib/work_counts). Inputs are random bf16 (never
 // zeros, the whole cache) in a paged cache with a random block permutation.
 // Usage: pb_bench_cuda [--export DIR] [google benchmark flags]
 //   --export DIR writes DIR/<config>.json (lib/export) for every benchmarked

@@ -2,7 +2,7 @@
 // (kernels/gdn_chunked.cu, the CUDA backend's default), the token-by-token one
 // (kernels/gdn.cu, its oracle) and the depthwise conv1d before them (gdn_conv.cu),
 // over GDN shape (Qwen3-Next: 16 k / 32 v heads of 128; small: 4 k / 8 v heads of
-// 64) x stream mix (8 x 2048, the 16k-token target; DEVICE-NOTES' mixed batch;
+// 64) x stream mix (8 x 2048, the 16k-token target; the docs/DEVICE-NOTES.md mixed batch;
 // 32 x 512); plus staging the mixed batch (lib/staging) and uploading its scratch
 // image from pinned memory. Google Benchmark with manual time: each kernel
 // iteration is one launch between two CUDA events. Counters: tokens/s, GB/s with
@@ -35,7 +35,7 @@
 namespace {
 
 // Measured H200 device-to-device copy bandwidth, bytes read + written
-// (shared/DEVICE-NOTES.md): the memory floor "x floor" is measured against.
+// (docs/DEVICE-NOTES.md): the memory floor "x floor" is measured against.
 constexpr double kCopyBytesPerS = 4.24e12;
 
 struct ShapeDef {

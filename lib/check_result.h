@@ -7,7 +7,7 @@
 
 namespace pb {
 
-// Check names, as in DESIGN.md, the report and --checks.
+// Check names, as in docs/DESIGN.md, the report and --checks.
 constexpr const char* kCheckLayout = "layout";
 constexpr const char* kCheckMetadata = "metadata";
 constexpr const char* kCheckScratchGuard = "scratch_guard";

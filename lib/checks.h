@@ -1,4 +1,4 @@
-// checks.h: the checks of DESIGN.md. Each takes the ground truth (Batch, the
+// checks.h: the checks of docs/DESIGN.md ("The checks"). Each takes the ground truth (Batch, the
 // reference) and what the backend produced or staged, and fills a CheckResult:
 // figures per stream and layer, findings naming layer, stream, expected and
 // found. The checks never trust staged metadata for the truth.

@@ -1,4 +1,4 @@
-// compare.h: `prefill-bench compare BASE NEW` (DESIGN.md "Reports"), nvbench's
+// compare.h: `prefill-bench compare BASE NEW` (docs/DESIGN.md "Reports"), nvbench's
 // compare for our reports. Two JSON reports of the same schema_version are
 // matched scenario by scenario (name + backend), check by check and kernel by
 // kernel (layer + kernel). A regression, and only a regression, fails the gate:

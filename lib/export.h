@@ -5,7 +5,7 @@
 // Schema "prefill-bench.batch/1": {schema, name, scenario, seed, model{num_q_heads,
 // num_kv_heads, head_dim, block_size, dtype}, causal, streams[{chunk_start,
 // count, kv_len}], total_tokens, attention_flops} with attention_flops counted as
-// DESIGN.md "Counting work" (4 * Hq * D * sum_i (chunk_start + i + 1)).
+// docs/DESIGN.md "Counting work" (4 * Hq * D * sum_i (chunk_start + i + 1)).
 #pragma once
 #include <string>
 

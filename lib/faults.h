@@ -1,5 +1,5 @@
 // faults.h: the deliberate bugs `--inject NAME` switches on, each modelled on a
-// real batching bug, and the check each one must trip (see DESIGN.md).
+// real batching bug, and the check each one must trip (docs/DESIGN.md "Faults").
 #pragma once
 #include <string>
 #include <vector>

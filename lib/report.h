@@ -1,4 +1,4 @@
-// report.h: the two reports of a set of runs (DESIGN.md "Reports"): a table for
+// report.h: the two reports of a set of runs (docs/DESIGN.md "Reports"): a table for
 // people (fmt, every line at most kReportWidth columns, colour only on request)
 // and a JSON document for machines that lib/report_schema.json describes.
 // Non-finite figures become JSON null; the schema allows null there.

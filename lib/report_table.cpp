@@ -547,7 +547,7 @@ void timings(std::string& out, const RunResult& r) {
             3);
   if (gdn_note)
     wrapped(out, "  ", 2,
-            "* gdn FLOPs are the common 4*T*H*d^2 (DESIGN.md \"Counting work\"), which leaves "
+            "* gdn FLOPs are the common 4*T*H*d^2 (docs/DESIGN.md \"Counting work\"), which leaves "
             "out the intra-chunk terms",
             4);
 }

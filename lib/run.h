@@ -32,7 +32,7 @@ struct KernelTiming {
   std::string kernel;
   int samples = 0;
   double median_ms = 0, min_ms = 0, max_ms = 0, q1_ms = 0, q3_ms = 0;
-  double flops = 0;  // counted as DESIGN.md "Counting work"
+  double flops = 0;  // counted as docs/DESIGN.md "Counting work"
   double bytes = 0;  // the fewest bytes the kernel must move
   double tflops() const { return median_ms > 0 ? flops / (median_ms * 1e9) : 0; }
   double gbps() const { return median_ms > 0 ? bytes / (median_ms * 1e6) : 0; }

@@ -1,5 +1,5 @@
 // scenario.h: a parsed, validated scenario file. Every field has the same name
-// as in the YAML and in DESIGN.md. A Scenario only exists once it passed
+// as in the YAML and in docs/DESIGN.md. A Scenario only exists once it passed
 // validate(): later stages may assume every invariant listed below.
 #pragma once
 #include <cstdint>
@@ -45,7 +45,8 @@ struct ModelSpec {
 };
 
 // An image segment: grid_t*grid_h*grid_w tokens starting at absolute token
-// index `start` of the stream's sequence (Qwen2-VL position rule, DESIGN.md).
+// index `start` of the stream's sequence (Qwen2-VL position rule,
+// docs/DESIGN.md "The kernels").
 struct ImageSegment {
   int start = 0;
   int grid_t = 1, grid_h = 1, grid_w = 1;
@@ -81,7 +82,8 @@ struct StreamSource {
   Mark mark;
 };
 
-// Tolerance of the numeric and state checks (FlashAttention's rule, DESIGN.md):
+// Tolerance of the numeric and state checks (FlashAttention's rule,
+// docs/DESIGN.md "The checks"):
 // max|backend - ref| <= factor * max|lowp_ref - ref| + atol.
 struct Tolerance {
   double factor = 2.0;
@@ -98,7 +100,6 @@ struct Scenario {
   std::vector<StreamSource> streams;
   int warmup = 2;
   int repeat = 10;
-  bool l2_flush = false;
   Tolerance tol_bf16;
   int64_t kv_num_blocks = 0;       // 0: enough for the batch plus spare blocks
   int64_t scratch_capacity = 0;    // bytes; 0: what the layout needs plus guards

@@ -631,10 +631,9 @@ void Reader::read_streams(const YAML::Node& v, Mark mark) {
 }
 
 void Reader::read_run(const YAML::Node& v, Mark mark) {
-  const MapView m = map(v, "run", mark, {"warmup", "repeat", "l2_flush"});
+  const MapView m = map(v, "run", mark, {"warmup", "repeat"});
   s_.warmup = int(int_or(m, "warmup", 0, 100000, 2));
   s_.repeat = int(int_or(m, "repeat", 1, 100000, 10));
-  s_.l2_flush = bool_or(m, "l2_flush", false);
 }
 
 void Reader::read_checks(const YAML::Node& v, Mark mark) {

@@ -1,4 +1,4 @@
-// staged_layout.cpp: offsets of the staged metadata block (DESIGN.md) and the
+// staged_layout.cpp: offsets of the staged metadata block (docs/DESIGN.md) and the
 // scratch plan around it. Pure arithmetic: the layout check recomputes this
 // from the ground truth and compares it with what staging reported.
 #include "staged_layout.h"

@@ -1,4 +1,4 @@
-// staged_layout.h: the byte layout of the staged batch metadata (DESIGN.md,
+// staged_layout.h: the byte layout of the staged batch metadata (docs/DESIGN.md,
 // "The staged layout") and the scratch buffer around it.
 // Invariants: every field starts at a multiple of 8 from `off`, every size is
 // rounded up to 8; without MRoPE positions_h/positions_w alias positions and
@@ -20,7 +20,7 @@ constexpr size_t kGuardBytes = 64;                     // guard zone before `off
 inline size_t round8(size_t n) { return (n + 7) & ~size_t(7); }
 
 struct FieldSpan {
-  const char* name;   // DESIGN.md name: "positions", "slots", ...
+  const char* name;   // docs/DESIGN.md name: "positions", "slots", ...
   size_t offset;      // from `off` (absolute scratch offset = off + offset)
   size_t bytes;       // rounded size (0 for an alias)
   size_t count;       // elements

@@ -1,8 +1,9 @@
 // staging.cpp: packs the staged metadata block into the scratch image the way
-// the engine does (DESIGN.md), builds the table arena, and applies the staging
-// faults. The scratch image starts as canary words everywhere; staging writes
-// only the block [off, off + staged_bytes) (padding bytes zero). The caller's
-// h_state_ptrs go at off + staged_bytes later, per gdn layer.
+// the engine does (docs/DESIGN.md "The staged layout"), builds the table arena,
+// and applies the staging faults. The scratch image starts as canary words
+// everywhere; staging writes only the block [off, off + staged_bytes) (padding
+// bytes zero). The caller's h_state_ptrs go at off + staged_bytes later, per
+// gdn layer.
 #include "staging.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // staging.h: packs one batch's metadata into the host image of the scratch
-// buffer, exactly as the engine's stage_batched_attn_metadata does (DESIGN.md),
+// buffer, exactly as the engine's stage_batched_attn_metadata does (docs/DESIGN.md),
 // plus the table arena that the pointer arrays point into. The image is then
 // uploaded with one copy. Staging faults (faults.h) are applied here.
 #pragma once

@@ -401,7 +401,7 @@ std::string scenario_yaml(const Scenario& s, const std::vector<std::string>& com
     if (src.generate) y += "  - " + generator_yaml(*src.generate) + "\n";
     else if (src.stream) y += "  - " + stream_yaml(*src.stream) + "\n";
   }
-  y += fmt::format("run: {{warmup: {}, repeat: {}{}}}\n", s.warmup, s.repeat, s.l2_flush ? ", l2_flush: true" : "");
+  y += fmt::format("run: {{warmup: {}, repeat: {}}}\n", s.warmup, s.repeat);
   y += "tolerances:\n  bf16: {factor: " + yaml_number(s.tol_bf16.factor) + ", atol: " + yaml_number(s.tol_bf16.atol) +
        "}\n";
   if (s.kv_num_blocks) y += fmt::format("kv_cache: {{num_blocks: {}}}\n", s.kv_num_blocks);

@@ -1,4 +1,4 @@
-// work_counts.h: the work each kernel must do (DESIGN.md "Counting work"):
+// work_counts.h: the work each kernel must do (docs/DESIGN.md "Counting work"):
 // attention FLOPs counted exactly per stream (FlashInfer's varlen rule), GDN
 // as 4*T*H*d^2 (leaves out intra-chunk terms), bytes as the fewest a kernel
 // must move (each input read once, each output written once).

@@ -7,7 +7,7 @@
 #    CUDA backend runs) and the fp32 one;
 # 3. scripts/peer_torch.py times PyTorch SDPA (flash, cuDNN, efficient) per stream
 #    on the same batches (PB_PEER: which batch names, a grep -E pattern);
-# 4. prefill-bench runs the DEVICE-NOTES peer scenarios end to end (all checks),
+# 4. prefill-bench runs the docs/DEVICE-NOTES.md peer scenarios end to end (all checks),
 #    unless PB_SKIP contains "harness";
 # 5. pb_bench_gdn_cuda times the Gated DeltaNet kernels (chunked, token, conv1d)
 #    and staging + upload, unless PB_SKIP contains "gdn";
@@ -109,7 +109,7 @@ echo "== ratio table [$(elapsed)]"
 python3 - "$out/bench.json" "$out/peer.json" <<'PY' | tee "$out/ratio.txt"
 import json, os, sys
 bench_p, peer_p = sys.argv[1], sys.argv[2]
-PEAK = 790.0  # measured bf16 matrix peak of this workplace's H200 (DEVICE-NOTES.md)
+PEAK = 790.0  # measured bf16 matrix peak of this workplace's H200 (docs/DEVICE-NOTES.md)
 ours = {}  # batch -> {kernel: (tflops, ms)}
 if os.path.exists(bench_p):
     for b in json.load(open(bench_p)).get("benchmarks", []):
@@ -126,7 +126,7 @@ if os.path.exists(peer_p):
         if "tflops" in r:
             peer.setdefault(r["batch"], {})[r["backend"]] = r["tflops"]
 cols = ["flash", "cudnn", "efficient"]
-print("TFLOP/s (DESIGN.md counting; peer = PyTorch SDPA per stream, contiguous K/V; ours = one batched launch, paged K/V)")
+print("TFLOP/s (docs/DESIGN.md counting; peer = PyTorch SDPA per stream, contiguous K/V; ours = one batched launch, paged K/V)")
 hdr = f"{'batch':<30} {'default':>7} {'mma best':>8} {'variant':<16} {'fp32':>6} " + " ".join(f"{c:>9}" for c in cols) + \
       f" {'batched*':>9} {'ours/best peer':>14} {'%peak':>6}"
 print(hdr)

@@ -4,7 +4,8 @@
 # It prints the GPU, runs every shipped scenario (and the GPU test scenarios in
 # bundle/tests/) with --backend cuda, the fault matrix on the CUDA backend
 # (every fault on every scenario where it can show; it must trip its check),
-# compute-sanitizer memcheck and racecheck on the smoke scenario, and the GPU
+# compute-sanitizer memcheck and racecheck on the smoke scenario (and memcheck
+# under the faults that corrupt metadata read back), and the GPU
 # tests (cuda_backend_test; pb_tests' cuda cases with PB_RUN_PB_TESTS=1); then
 # prints a short summary table last. Everything lands in
 # ${OUT:-results}/ as at most 8 files (the device tool's limit):
@@ -112,6 +113,16 @@ if [[ "$skip" != *" sanitizer "* ]]; then
       "$B/prefill-bench" run "$B/scenarios/smoke.yaml" --backend cuda --no-color --repeat 1 --warmup 0 \
       >> "$out/sanitizer.txt" 2>&1
     echo "$tool exit $?" >> "$out/sanitizer.txt"
+  done
+  # The faults that corrupt what the kernels read back (cu_seqlens and kv_lens under
+  # h_state_ptrs, swapped table and state pointers): the run must fail its check
+  # (exit 1) without a memory error (exit 99).
+  for fault in staged-bytes-undercount block-table-swap h-state-ptr-swap; do
+    echo "--- memcheck --inject $fault (expected: exit 1, 0 errors)" >> "$out/sanitizer.txt"
+    timeout "$phase_timeout" compute-sanitizer --tool memcheck --error-exitcode 99 \
+      "$B/prefill-bench" run "$B/scenarios/qwen3-next.yaml" --backend cuda --no-color --repeat 1 --warmup 0 \
+      --inject "$fault" >> "$out/sanitizer.txt" 2>&1
+    echo "memcheck $fault exit $?" >> "$out/sanitizer.txt"
   done
   grep -E "^---|ERROR SUMMARY|RACECHECK SUMMARY|exit [0-9]+$|Invalid|Race" "$out/sanitizer.txt" | head -40
 fi

@@ -11,7 +11,7 @@ refuses GQA (said in the output). For batches of equal streams also one batched
 call ("<backend>/batched"). torch.nn.attention.varlen.varlen_attn takes no
 causal flag, so it is reported as skipped, not timed. Timing: CUDA events
 around the whole loop over streams, 3 warm-ups, 20 timed loops, median.
-FLOPs are counted as DESIGN.md does: 4 * Hq * D * sum_i (chunk_start + i + 1).
+FLOPs are counted as docs/DESIGN.md does: 4 * Hq * D * sum_i (chunk_start + i + 1).
 
 Usage: peer_torch.py BATCH.json... [--json OUT.json] [--warmup 3] [--repeat 20]
 """

@@ -65,6 +65,11 @@ TEST_P(FaultMatrix, NamedCheckTrips) {
   opt.backend = c.backend;
   opt.inject.add(c.fault);
   opt.repeat = 2;
+  // A sampled attention reference: every fault's check (causal_bound, kv_write, state,
+  // positions, layout, scratch_guard, metadata) reads all rows, the whole cache or the
+  // state, so sampling only thins numeric's figures and keeps the matrix fast (and
+  // affordable under the sanitizers, scripts/sanitize.sh).
+  opt.ref_sample = 8;
   RunResult r;
   try {
     r = run_scenario(s, opt);

@@ -142,7 +142,6 @@ TEST(ScenarioParse, BaseAndDefaults) {
   EXPECT_EQ(s.streams[2].mark.line, 13);
   EXPECT_EQ(s.warmup, 2);
   EXPECT_EQ(s.repeat, 10);
-  EXPECT_FALSE(s.l2_flush);
   EXPECT_EQ(s.tol_bf16.factor, 2.0);
   EXPECT_EQ(s.tol_bf16.atol, 1e-5);
   EXPECT_EQ(s.kv_num_blocks, 0);
@@ -155,7 +154,7 @@ TEST(ScenarioParse, BaseAndDefaults) {
 TEST(ScenarioParse, EveryOptionalSection) {
   const Scenario s = parse_scenario(
       edit("  pattern: [attn, gdn]\n", "  pattern: [gdn, attn]\n  repeat: 3\n") +
-          "run: {warmup: 0, repeat: 1, l2_flush: true}\n"
+          "run: {warmup: 0, repeat: 1}\n"
           "tolerances: {bf16: {factor: 3.5, atol: 0}}\n"
           "kv_cache: {num_blocks: 100}\n"
           "scratch: {capacity_bytes: 65536}\n"
@@ -169,7 +168,6 @@ TEST(ScenarioParse, EveryOptionalSection) {
   EXPECT_EQ(s.layers[5], LayerKind::attn);
   EXPECT_EQ(s.warmup, 0);
   EXPECT_EQ(s.repeat, 1);
-  EXPECT_TRUE(s.l2_flush);
   EXPECT_EQ(s.tol_bf16.factor, 3.5);
   EXPECT_EQ(s.tol_bf16.atol, 0.0);
   EXPECT_EQ(s.kv_num_blocks, 100);
@@ -223,7 +221,11 @@ TEST(ScenarioErrors, WrongType) {
   expect_error(edit("  pattern: [attn, gdn]\n", "  pattern: attn\n"), 9, "layers.pattern", "expected a list");
   expect_error("name: t\nseed: 1\nmodel: 7\nlayers: {pattern: [attn]}\nstreams: [{tokens: 5}]\n", 3, "model",
                "expected a map, found '7'");
-  expect_error(std::string(kBase) + "run: {l2_flush: maybe}\n", 14, "run.l2_flush", "expected true or false, found 'maybe'");
+  expect_error(edit("  head_dim: 64\n", "  head_dim: 64\n  mrope: {sections: [16, 8, 8], interleaved: maybe}\n"), 7,
+               "model.mrope.interleaved", "expected true or false, found 'maybe'");
+  // run.l2_flush was removed (nothing used it): an old file gets the unknown-key error.
+  expect_error(std::string(kBase) + "run: {repeat: 3, l2_flush: true}\n", 14, "run.l2_flush",
+               "unknown key 'l2_flush' (known: warmup, repeat)");
   expect_error(edit("[attn, gdn]", "[attn, mlp]"), 9, "layers.pattern[1]", "expected attn or gdn, found 'mlp'");
   expect_error(std::string(kBase) + "tolerances: {bf16: {factor: 0}}\n", 14, "tolerances.bf16.factor",
                "expected a positive number, found 0");

@@ -138,7 +138,6 @@ TEST(SweepYaml, QuotesStringsAndKeepsOptionalFields) {
   s.description = "";
   s.model.rope_theta = 1e6;
   s.tol_bf16.atol = 1.5e-5;
-  s.l2_flush = true;
   s.ref_sample = 3;
   s.checks = {"numeric", "layout"};
   s.faults.add(Fault::slot_off_by_one);
@@ -149,7 +148,6 @@ TEST(SweepYaml, QuotesStringsAndKeepsOptionalFields) {
   EXPECT_EQ(b.name, s.name);
   EXPECT_EQ(b.model.rope_theta, 1e6);
   EXPECT_EQ(b.tol_bf16.atol, 1.5e-5);
-  EXPECT_TRUE(b.l2_flush);
   EXPECT_EQ(b.ref_sample, 3);
   EXPECT_EQ(b.checks, s.checks);
   EXPECT_TRUE(b.faults.has(Fault::slot_off_by_one));

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# sanitize.sh: the AddressSanitizer + UndefinedBehaviorSanitizer job (scripts/test.sh,
+# hence CI, runs it): a host-only build into build-asan/ (or $PB_ASAN_BUILD_DIR), then
+# every shipped scenario and the host fault matrix under the sanitizers. Any finding
+# aborts the process that has it (-fno-sanitize-recover=all, halt_on_error), so the
+# job exits non-zero; 0 means no finding.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${PB_ASAN_BUILD_DIR:-$root/build-asan}"
+"$root/scripts/deps.sh"
+start=$(date +%s)
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPB_WITH_CUDA=OFF \
+        -DPB_SANITIZE=ON -DPB_BUILD_BENCH=OFF ${PB_CMAKE_ARGS:-} >/dev/null
+fi
+ninja -C "$build" ${PB_NINJA_ARGS:-} prefill-bench pb_tests
+built=$(date +%s)
+echo "sanitize.sh: build took $(( built - start )) s"
+
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:strict_init_order=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+# The shipped suite through the CLI, with a sampled attention reference (the
+# reference is the slow part under ASan and is not what this job is after: the
+# backend, staging and checks run in full), then the bounds decoding on corrupted
+# metadata (HostKernels.GarbageMetadataStaysInBounds) and every fault on every shipped scenario on the host.
+"$build/apps/prefill-bench" run "$root"/scenarios/*.yaml --backend host --ref-sample 8 --no-color
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -R '^HostKernels\.GarbageMetadata|FaultMatrix\.NamedCheckTrips/host_'
+echo "sanitize.sh: runs took $(( $(date +%s) - built )) s"
