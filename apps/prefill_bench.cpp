@@ -150,6 +150,9 @@ int main(int argc, char** argv) {
   compare->add_option("--time-threshold", cmp.time_threshold,
                       "median growth that counts as SLOW when the spreads (min..max) do not overlap (0.10 = 10%)")
       ->capture_default_str();
+  compare->add_option("--time-floor", cmp.time_floor_ms,
+                      "a median change at or under this many ms is never SLOW or FAST (launch and clock jitter)")
+      ->capture_default_str();
   compare->add_flag("--gate-host-time", cmp.gate_host_time,
                     "let SLOW on the host backend fail the gate (default: host timing is reported, not gated)");
   compare->add_option("--json", compare_json_path, "write the comparison as JSON here");

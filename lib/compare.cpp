@@ -696,7 +696,8 @@ TimeVerdict judge_time(const KernelTiming& b, const KernelTiming& n, const Compa
   if (delta) *delta = d;
   if (b.samples < o.min_samples || n.samples < o.min_samples || std::isnan(d))
     return TimeVerdict::insufficient;
-  if (std::fabs(d) <= o.time_threshold) return TimeVerdict::same;
+  if (std::fabs(d) <= o.time_threshold || std::fabs(n.median_ms - b.median_ms) <= o.time_floor_ms)
+    return TimeVerdict::same;
   // nvbench's rule: a change counts only when the spreads do not overlap. The
   // spread is the whole observed range: with min..q3, back-to-back runs of the same
   // build whose clocks drifted a little flagged SLOW; min..max does not.
@@ -726,6 +727,7 @@ void validate_compare_options(const CompareOptions& o) {
                                  o.error_factor));
   positive(o.error_floor, "--error-floor");
   positive(o.time_threshold, "--time-threshold");
+  positive(o.time_floor_ms, "--time-floor");
 }
 
 LoadedReport parse_report(const json& doc, const std::string& path) {
@@ -850,9 +852,9 @@ std::string format_compare(const CompareResult& r, bool color) {
                                     new_runs == 1 ? "run" : "runs"), 8);
   wrap(out, "  gate  ",
        fmt::format("a check PASS -> FAIL or no longer run; a scenario gone; a numeric/state max_abs "
-                   "grown past x{} (and above {}); a median grown past {:+.0f}% with spreads "
+                   "grown past x{} (and above {}); a median grown past {:+.0f}% and {} ms with spreads "
                    "(min..max) apart{}; fewer than {} samples are not judged",
-                   o.error_factor, o.error_floor, o.time_threshold * 100,
+                   o.error_factor, o.error_floor, o.time_threshold * 100, o.time_floor_ms,
                    o.gate_host_time ? " (host timing gated too)" : " (host timing reported, not gated)",
                    o.min_samples),
        8);
@@ -932,6 +934,7 @@ json compare_json(const CompareResult& r) {
            {{"error_factor", r.options.error_factor},
             {"error_floor", r.options.error_floor},
             {"time_threshold", r.options.time_threshold},
+            {"time_floor_ms", r.options.time_floor_ms},
             {"gate_host_time", r.options.gate_host_time},
             {"min_samples", r.options.min_samples}}},
           {"scenarios", scenarios},

@@ -8,7 +8,8 @@
 //    became non-finite;
 //  - a scenario of BASE missing from NEW, a check that ran in BASE and not in NEW,
 //    a NEW run that stopped on an error;
-//  - a kernel whose median grew past time_threshold while the spreads (the full
+//  - a kernel whose median grew past time_threshold and by more than time_floor_ms
+//    while the spreads (the full
 //    observed range min..max of each side) do not overlap, on a timed backend:
 //    host timings (a shared CPU's clock) are reported, not gated, unless
 //    gate_host_time. Overlapping spreads are "ambiguous (spreads overlap)", fewer
@@ -47,7 +48,10 @@ LoadedReport parse_report(const nlohmann::json& doc, const std::string& path);
 struct CompareOptions {
   double error_factor = 2.0;     // max_abs may grow up to this factor...
   double error_floor = 1e-6;     // ...and any amount while it stays at or under this
-  double time_threshold = 0.10;  // median growth that counts (0.10 = 10%)
+  double time_threshold = 0.10;  // median growth that counts (0.10 = 10%)...
+  double time_floor_ms = 0.010;  // ...and is larger than this: a few-microsecond kernel
+                                 // moves by launch and clock jitter (H200, back to back:
+                                 // 6.3 -> 8.8 us with spreads apart)
   int min_samples = 3;           // fewer timed samples: "insufficient samples"
   bool gate_host_time = false;   // host-backend SLOW fails the gate only when asked
 };

@@ -209,12 +209,14 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   const bool host = res.backend == "host";
   const int warmup = opt.profile ? 1 : std::max(0, opt.warmup.value_or(s.warmup));
   int repeat = opt.profile ? 1 : std::max(1, opt.repeat.value_or(s.repeat));
-  if (host && !opt.repeat) repeat = std::min(repeat, 2);
+  // The host clock on a shared CPU is no timing signal: one timed run by default.
+  if (host && !opt.repeat) repeat = 1;
   const int host_warmup = host && !opt.warmup ? 0 : warmup;
-  // Determinism needs a second run: with one timed run and no warm-up, one more
-  // untimed run is made, so the check never silently drops out.
+  // The timed runs all use the library's normal work order; determinism adds one
+  // untimed run after them in another order (schedule 1), so --repeat N gives N
+  // samples and the check never silently drops out.
   const int timed_end = host_warmup + repeat;
-  const int runs = std::max(timed_end, on(kCheckDeterminism) ? 2 : 1);
+  const int runs = timed_end + (on(kCheckDeterminism) ? 1 : 0);
 
   // What the kernels are given: the staged metadata, or under mrope-section-swap
   // the H and W positions arrays exchanged (a kernel reading the wrong section's).
@@ -251,13 +253,12 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       progress.say(fmt::format("layer {}/{} run {}/{}", layer + 1, s.layers.size(), rep + 1, runs));
       backend->reset_layer(layer);
       if (!attn) backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
-      // The determinism rerun (the last run) asks the library for another order
-      // of the same work, so a same-launch race shows every time; its time is
-      // left out when other timed runs remain.
-      const bool rerun = rep == runs - 1 && rep > 0 && on(kCheckDeterminism);
+      // The determinism rerun (the last, untimed run) asks the library for another
+      // order of the same work, so a same-launch race shows every time.
+      const bool rerun = rep == timed_end && on(kCheckDeterminism);
       const std::vector<KernelTime> kt =
           backend->run_layer(layer, kernel_meta, backend->scratch_base() + img.plan.h_state_ptrs, rerun ? 1u : 0u);
-      if (rep >= host_warmup && rep < timed_end && !(rerun && rep > host_warmup))
+      if (rep >= host_warmup && rep < timed_end)
         for (const KernelTime& k : kt) times[k.kernel].push_back(k.ms);
       if (opt.profile) continue;
       if (rep == 0) {

@@ -207,6 +207,25 @@ TEST(Compare, TimeWithinThresholdIsSame) {
   EXPECT_TRUE(r.regressed());
 }
 
+TEST(Compare, ChangeUnderTheTimeFloorIsSame) {
+  // What the H200 showed back to back: a 6 us kernel at 6.3 then 8.8 us, spreads apart.
+  RunResult a = run(), b = run();
+  a.timings[2] = timing(0, "attention", 0.0063, 0.0063, 0.0077);
+  b.timings[2] = timing(0, "attention", 0.0088, 0.0086, 0.0106);
+  const CompareResult r = compare({a}, {b});
+  EXPECT_EQ(kernel(r, 0, "attention").verdict, TimeVerdict::same);
+  EXPECT_FALSE(r.regressed());
+  // With the floor lowered under the change, the same figures are SLOW and fail.
+  CompareOptions fine;
+  fine.time_floor_ms = 0.001;
+  const CompareResult f = compare({a}, {b}, fine);
+  EXPECT_EQ(kernel(f, 0, "attention").verdict, TimeVerdict::slow);
+  EXPECT_TRUE(f.regressed());
+  CompareOptions bad;
+  bad.time_floor_ms = -1;
+  EXPECT_THROW(validate_compare_options(bad), InputError);
+}
+
 TEST(Compare, InjectedAccuracyLossFails) {
   RunResult worse = run();
   worse.checks[2].figures[2].max_abs = 1e-2;  // layer 0 stream 1: 10x, now over its limit
