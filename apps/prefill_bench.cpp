@@ -76,6 +76,8 @@ struct LimitFlags {
     if (ref_gflop) l.max_ref_flops = *ref_gflop * 1e9;
     l.backend = backend;
     l.ref_sample = ref_sample;
+    if (backend != "host")
+      if (const double free = pb::cuda_device_free_bytes(); free > 0) l.device_free_bytes = free;
     return l;
   }
 };

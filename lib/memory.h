@@ -48,5 +48,7 @@ class Memory {
 std::unique_ptr<Memory> make_host_memory();
 // nullptr when this build has no CUDA or no device is present; `why` says which.
 std::unique_ptr<Memory> make_cuda_memory(std::string* why);
+// Free memory of the current CUDA device in bytes; 0 without CUDA or a device.
+double cuda_device_free_bytes();
 
 }  // namespace pb

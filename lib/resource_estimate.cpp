@@ -204,12 +204,16 @@ void check_resources(const Scenario& s, const ResourceEstimate& e, const Resourc
                                                                                       : "assumed (MemAvailable unknown)",
                               raise));
   }
-  const double dev_max = lim.max_memory_bytes ? *lim.max_memory_bytes : kDefaultDeviceBytes;
+  const double dev_max = lim.max_memory_bytes    ? *lim.max_memory_bytes
+                         : lim.device_free_bytes ? *lim.device_free_bytes
+                                                 : kDefaultDeviceBytes;
   if (lim.backend != "host" && e.device_bytes() > dev_max) {
     const EstimateItem* big = largest({&e.device});
     throw s.error(big->field, fmt::format("the run would hold an estimated {} of device memory ({}), more than the {} {}; {}",
                                           human_bytes(e.device_bytes()), breakdown({&e.device}, true), human_bytes(dev_max),
-                                          lim.max_memory_bytes ? "given by --max-memory" : "assumed for a device",
+                                          lim.max_memory_bytes    ? "given by --max-memory"
+                                          : lim.device_free_bytes ? "free on the CUDA device"
+                                                                  : "assumed for a device",
                                           raise));
   }
   const double ref_max = lim.max_ref_flops ? *lim.max_ref_flops : kDefaultRefFlops;

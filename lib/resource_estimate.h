@@ -31,13 +31,15 @@ struct ResourceEstimate {
 };
 
 struct ResourceLimits {
-  std::optional<double> max_memory_bytes;  // unset: host MemAvailable, device kDefaultDeviceBytes
+  std::optional<double> max_memory_bytes;  // unset: host MemAvailable, device device_free_bytes
+  std::optional<double> device_free_bytes; // the CUDA device's free memory when one is present;
+                                           // unset: kDefaultDeviceBytes
   std::optional<double> max_ref_flops;     // unset: kDefaultRefFlops
   std::string backend = "auto";            // "host" or "auto": device buffers count as host memory
   std::optional<int> ref_sample;           // the run's --ref-sample, when given
 };
 
-// Device memory assumed when no backend reports it (the smallest common accelerator).
+// Device memory assumed when no device reports its own (the smallest common accelerator).
 constexpr double kDefaultDeviceBytes = 16.0 * (1ull << 30);
 // Reference work allowed by default: a few minutes of the Eigen reference on 2 cores.
 constexpr double kDefaultRefFlops = 1000e9;

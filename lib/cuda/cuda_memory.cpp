@@ -122,6 +122,16 @@ class CudaMemory final : public Memory {
 
 }  // namespace
 
+double cuda_device_free_bytes() {
+  int count = 0;
+  size_t free = 0, total = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();  // clear the error state
+    return 0;
+  }
+  return static_cast<double>(free);
+}
+
 std::unique_ptr<Memory> make_cuda_memory(std::string* why) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);

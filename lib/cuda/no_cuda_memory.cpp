@@ -11,4 +11,6 @@ std::unique_ptr<Memory> make_cuda_memory(std::string* why) {
 
 const pb_kernel_table* cuda_kernel_table() { return nullptr; }
 
+double cuda_device_free_bytes() { return 0; }
+
 }  // namespace pb
