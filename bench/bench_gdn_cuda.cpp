@@ -56,6 +56,8 @@ const MixDef kMixes[] = {
               "  - tokens: 4096\n  - tokens: 333\n  - tokens: 8192\n"},
     {"32x512", "  - generate: {dist: fixed, count: 32, tokens: 512}\n"},
 };
+// conv1d only (issue 13's 64k-token figure): the recurrences would take most of the run.
+const MixDef kConvMix = {"8x8192", "  - generate: {dist: fixed, count: 8, tokens: 8192}\n"};
 
 enum class Kernel { chunked, token, conv1d, conv1d_row };
 
@@ -283,6 +285,8 @@ void register_all() {
       reg(base + "/conv1d", BM_Gdn, &sh, &m, Kernel::conv1d);
       reg(base + "/conv1d.row", BM_Gdn, &sh, &m, Kernel::conv1d_row);
     }
+  reg("gdn/" + config_name(kShapes[0], kConvMix) + "/conv1d", BM_Gdn, &kShapes[0], &kConvMix, Kernel::conv1d);
+  reg("gdn/" + config_name(kShapes[0], kConvMix) + "/conv1d.row", BM_Gdn, &kShapes[0], &kConvMix, Kernel::conv1d_row);
   reg("stage/mixed/upload", BM_StageUpload, &kMixes[1]);
 }
 

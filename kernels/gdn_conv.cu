@@ -20,7 +20,7 @@ struct ConvConfig {
   static constexpr int kVec = 8;          // channels per thread (16-byte loads) when conv_dim allows it
   static constexpr int kMaxDConv = 16;    // d_conv <= 16 (the state update holds d_conv-1 values in registers)
   static constexpr int kMaxRun = 32;      // window kernel: most tokens per thread
-  static constexpr int kMinRun = 4;       // window kernel: fewest tokens per thread
+  static constexpr int kMinRun = 4;       // window kernel: fewest tokens per thread (1 was 1.4x slower on 600-token batches)
   static constexpr int kBatch = 4;        // window kernel: x rows loaded before they are used
 };
 
@@ -133,10 +133,15 @@ __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_kernel(ConvParams
   }
 }
 
+// Asks L2 for the line holding p (no register holds the result): the window
+// kernel's next rows are on their way while this batch computes.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // Version 3 ("window"): one thread per (run of `run` consecutive rows, 8
 // channels); it keeps the DC-1 previous inputs in registers and slides down the
-// run, so each x row is read once (plus DC-1 rows at a run's or a stream's start)
-// and kBatch rows are in flight per thread. Threads of a warp hold neighbouring
+// run, so each x row is read once (plus DC-1 rows at a run's or a stream's start).
+// kBatch rows are in flight per thread, the next kBatch prefetched to L2, and
+// the output is stored streaming (__stcs). Threads of a warp hold neighbouring
 // channel groups of the same rows: every load and store is one 512-byte run.
 // The window at a stream's start comes from conv_state, exactly as the row
 // kernel reads it; a run crossing a stream boundary looks the next stream up
@@ -181,7 +186,7 @@ __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_window_kernel(Con
     o.y = pack2(y[2], y[3]);
     o.z = pack2(y[4], y[5]);
     o.w = pack2(y[6], y[7]);
-    *reinterpret_cast<uint4*>(oc + static_cast<size_t>(r) * ld) = o;
+    __stcs(reinterpret_cast<uint4*>(oc + static_cast<size_t>(r) * ld), o);  // streaming: read by the next kernel, not here
 #pragma unroll
     for (int j = 0; j + 1 < kHist; ++j)
 #pragma unroll
@@ -215,6 +220,9 @@ __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_window_kernel(Con
     }
     const int end = min(r1, rows.end);  // this stream's rows of the run: [r, end)
     for (; r + kB <= end; r += kB) {
+#pragma unroll
+      for (int t = kB; t < 2 * kB; ++t)
+        if (r + t < end) prefetch_l2(xc + static_cast<size_t>(r + t) * ld);
       uint4 raw[kB];
 #pragma unroll
       for (int t = 0; t < kB; ++t) raw[t] = *reinterpret_cast<const uint4*>(xc + static_cast<size_t>(r + t) * ld);
