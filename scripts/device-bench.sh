@@ -19,7 +19,7 @@
 # with FA3's published figures). Files in ${OUT:-results}/: device-bench.log,
 # bench.json, peer.json, ratio.txt, harness.txt, gdn-bench.json, fla.json, gdn-peer.txt.
 # Knobs: PB_BUNDLE, PB_BENCH_PASS1/2 or PB_BENCH_FILTER (google benchmark regexes),
-# PB_PEER, PB_HARNESS_KERNELS (default "mma fp32"), PB_SKIP (words: ours peer harness gdn fla),
+# PB_PEER, PB_FLEX (the batches FlexAttention runs on, a regex; "" none), PB_HARNESS_KERNELS (default "mma fp32"), PB_SKIP (words: ours peer harness gdn fla),
 # FLA_PARENT, PB_FLA_SHAPES (a subset of peer_fla.py's shape names), PB_FLA_TIMEOUT (default 480 s:
 # fla autotunes every shape on its first calls, 30-60 s a shape on the H200).
 set -uo pipefail
@@ -31,6 +31,8 @@ out="$(cd "$out" && pwd)"
 work="$(mktemp -d)"
 skip=" ${PB_SKIP:-} "
 peer_pat="${PB_PEER:-^(mixed-d(64|128|256)-h16x(2|16)|8x4096-d(128|256)-h16x(2|16)|32x512-d128-h16x(2|16)|chunked8x512at3584-d128-h16x2|1x16384-d(128-h16x16|256-h8x8|64-h32x32)|4x4096-d128-h16x16)$}"
+# FlexAttention compiles each shape (~20-25 s): issue 15's rows only, by default.
+flex_pat="${PB_FLEX-^(mixed-d(64|128|256)-h16x2|8x4096-d(128|256)-h16x2|32x512-d128-h16x16|1x16384-d(128-h16x16|256-h8x8|64-h32x32)|4x4096-d128-h16x16)$}"
 exec > >(tee "$out/device-bench.log") 2>&1
 started=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - started )) s"; }
@@ -83,7 +85,7 @@ if [[ "$skip" != *" peer "* ]]; then
     n="$(basename "$f" .json)"
     echo "$n" | grep -Eq "$peer_pat" && peers+=("$f")
   done
-  PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_torch.py" "${peers[@]}" --json "$out/peer.json"
+  PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_torch.py" "${peers[@]}" --json "$out/peer.json" --flex "$flex_pat"
   echo "peer_torch exit $? [$(elapsed)]"
 fi
 

@@ -18,10 +18,13 @@ causal flag, so it is reported as skipped, not timed. Timing: CUDA events
 around the whole loop over streams, 3 warm-ups, 20 timed loops, median.
 FLOPs are counted as docs/DESIGN.md does: 4 * Hq * D * sum_i (chunk_start + i + 1).
 
-Usage: peer_torch.py BATCH.json... [--json OUT.json] [--warmup 3] [--repeat 20]
+Usage: peer_torch.py BATCH.json... [--json OUT.json] [--warmup 3] [--repeat 20] [--flex REGEX]
+  --flex: the batches FlexAttention runs on (re.search on the batch name; default all:
+  each new shape costs a compile of ~20-25 s on the H200; "" runs none)
 """
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -160,6 +163,7 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--flex", default=".")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("skipped: no CUDA device")
@@ -195,7 +199,9 @@ def main():
         equal = len({(s["chunk_start"], s["count"]) for s in batch["streams"]}) == 1 and len(batch["streams"]) > 1
         runs = [(lambda b=backend, n=bname, bt=batched: run_backend(batch, inputs, n, b, args, bt))
                 for bname, backend in BACKENDS for batched in ([False, True] if equal else [False])]
-        for run in runs + [lambda: run_flex(batch, inputs, args)]:
+        if args.flex and re.search(args.flex, name):
+            runs.append(lambda: run_flex(batch, inputs, args))
+        for run in runs:
             r = run()
             r.update({"batch": name, "flops": flops_of(batch)})
             results.append(r)
