@@ -2,7 +2,8 @@
 // kernel (every tuning variant of kernels/attention_mma.cu) and the fp32 oracle
 // (kernels/attention.cu), over head_dim 64/128/256 x stream mix (the
 // docs/DEVICE-NOTES.md mixed batch, 8 x 4096, 32 x 512, continuation chunks) x
-// GQA ratio (16 q heads over 2 or 16 kv heads). Google Benchmark with manual
+// GQA ratio (16 q heads over 2 or 16 kv heads), plus issue 15's rows outside that
+// grid (1 x 16384 at d64/128/256, 4 x 4096 d128, MHA). Google Benchmark with manual
 // time: each iteration is one launch between two CUDA events; counters TFLOP/s
 // and GB/s count work as docs/DESIGN.md "Counting work" (lib/work_counts). Inputs are random bf16 (never
 // zeros, the whole cache) in a paged cache with a random block permutation.
@@ -46,6 +47,15 @@ const MixDef kMixes[] = {
 };
 const int kHeadDims[] = {64, 128, 256};
 const int kHeads[][2] = {{16, 2}, {16, 16}};
+// Issue 15's single-shape rows outside the grid above (FA3's published shapes).
+const MixDef kFa3Mixes[] = {{"1x16384", "  - tokens: 16384\n"},
+                            {"4x4096", "  - generate: {dist: fixed, count: 4, tokens: 4096}\n"}};
+struct ExtraConfig {
+  const MixDef* mix;
+  int D, hq, hkv;
+};
+const ExtraConfig kExtraConfigs[] = {{&kFa3Mixes[0], 128, 16, 16}, {&kFa3Mixes[0], 256, 8, 8},
+                                     {&kFa3Mixes[0], 64, 32, 32}, {&kFa3Mixes[1], 128, 16, 16}};
 
 std::string config_name(const MixDef& m, int D, int hq, int hkv) {
   return std::string(m.name) + "-d" + std::to_string(D) + "-h" + std::to_string(hq) + "x" + std::to_string(hkv);
@@ -227,33 +237,39 @@ void BM_Attention(benchmark::State& state, const MixDef* m, int D, int hq, int h
   }
 }
 
+void register_config(const MixDef& m, int D, const int h[2]) {
+  const std::string base = "attn/" + config_name(m, D, h[0], h[1]);
+  benchmark::RegisterBenchmark((base + "/mma.default").c_str(), BM_Attention, &m, D, h[0], h[1], -1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.03)
+      ->Repetitions(3)
+      ->ReportAggregatesOnly(true);
+  for (const pb::kernels::AttnMmaVariant& v : pb::kernels::attention_mma_variants(D))
+    benchmark::RegisterBenchmark((base + "/mma.v" + std::to_string(v.variant) + "." + v.name).c_str(),
+                                 BM_Attention, &m, D, h[0], h[1], v.variant)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.03)
+        ->Repetitions(3)
+        ->ReportAggregatesOnly(true);
+  if (h[1] == 2)  // the fp32 oracle: GQA 8 only (it is slow)
+    benchmark::RegisterBenchmark((base + "/fp32").c_str(), BM_Attention, &m, D, h[0], h[1], kFp32)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.02)
+        ->Repetitions(3)
+        ->ReportAggregatesOnly(true);
+}
+
 void register_all() {
   for (const MixDef& m : kMixes)
     for (int D : kHeadDims)
-      for (const auto& h : kHeads) {
-        const std::string base = "attn/" + config_name(m, D, h[0], h[1]);
-        benchmark::RegisterBenchmark((base + "/mma.default").c_str(), BM_Attention, &m, D, h[0], h[1], -1)
-            ->UseManualTime()
-            ->Unit(benchmark::kMillisecond)
-            ->MinTime(0.03)
-            ->Repetitions(3)
-            ->ReportAggregatesOnly(true);
-        for (const pb::kernels::AttnMmaVariant& v : pb::kernels::attention_mma_variants(D))
-          benchmark::RegisterBenchmark((base + "/mma.v" + std::to_string(v.variant) + "." + v.name).c_str(),
-                                       BM_Attention, &m, D, h[0], h[1], v.variant)
-              ->UseManualTime()
-              ->Unit(benchmark::kMillisecond)
-              ->MinTime(0.03)
-              ->Repetitions(3)
-              ->ReportAggregatesOnly(true);
-        if (h[1] == 2)  // the fp32 oracle: GQA 8 only (it is slow)
-          benchmark::RegisterBenchmark((base + "/fp32").c_str(), BM_Attention, &m, D, h[0], h[1], kFp32)
-              ->UseManualTime()
-              ->Unit(benchmark::kMillisecond)
-              ->MinTime(0.02)
-              ->Repetitions(3)
-              ->ReportAggregatesOnly(true);
-      }
+      for (const auto& h : kHeads) register_config(m, D, h);
+  for (const ExtraConfig& e : kExtraConfigs) {
+    const int h[2] = {e.hq, e.hkv};
+    register_config(*e.mix, e.D, h);
+  }
 }
 
 }  // namespace
@@ -270,11 +286,15 @@ int main(int argc, char** argv) {
             const std::string path = dir + "/" + config_name(m, D, h[0], h[1]) + ".json";
             pb::export_batch(make_scenario(m, D, h[0], h[1]), path);
           }
+      for (const ExtraConfig& e : kExtraConfigs)
+        pb::export_batch(make_scenario(*e.mix, e.D, e.hq, e.hkv),
+                         dir + "/" + config_name(*e.mix, e.D, e.hq, e.hkv) + ".json");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "pb_bench_cuda --export: %s\n", e.what());
       return 1;
     }
-    std::printf("exported %zu batches to %s\n", std::size(kMixes) * std::size(kHeadDims) * std::size(kHeads),
+    std::printf("exported %zu batches to %s\n",
+                std::size(kMixes) * std::size(kHeadDims) * std::size(kHeads) + std::size(kExtraConfigs),
                 dir.c_str());
     return 0;
   }

@@ -1,6 +1,7 @@
 // bench_gdn_cuda.cpp: the Gated DeltaNet layer on the GPU: the chunked recurrence
 // (kernels/gdn_chunked.cu, the CUDA backend's default), the token-by-token one
-// (kernels/gdn.cu, its oracle) and the depthwise conv1d before them (gdn_conv.cu),
+// (kernels/gdn.cu, its oracle) and the depthwise conv1d before them (gdn_conv.cu:
+// conv1d = the window kernel, conv1d.row = the row kernel, its oracle),
 // over GDN shape (Qwen3-Next: 16 k / 32 v heads of 128; small: 4 k / 8 v heads of
 // 64) x stream mix (8 x 2048, the 16k-token target; the docs/DEVICE-NOTES.md mixed batch;
 // 32 x 512); plus staging the mixed batch (lib/staging) and uploading its scratch
@@ -55,8 +56,10 @@ const MixDef kMixes[] = {
               "  - tokens: 4096\n  - tokens: 333\n  - tokens: 8192\n"},
     {"32x512", "  - generate: {dist: fixed, count: 32, tokens: 512}\n"},
 };
+// conv1d only (issue 13's 64k-token figure): the recurrences would take most of the run.
+const MixDef kConvMix = {"8x8192", "  - generate: {dist: fixed, count: 8, tokens: 8192}\n"};
 
-enum class Kernel { chunked, token, conv1d };
+enum class Kernel { chunked, token, conv1d, conv1d_row };
 
 std::string config_name(const ShapeDef& sh, const MixDef& m) { return std::string(sh.name) + "-" + m.name; }
 
@@ -141,7 +144,7 @@ struct DeviceBatch {
   DeviceBatch(const DeviceBatch&) = delete;
   DeviceBatch& operator=(const DeviceBatch&) = delete;
 
-  const pb::WorkCount& work(Kernel k) const { return k == Kernel::conv1d ? conv_work : gdn_work; }
+  const pb::WorkCount& work(Kernel k) const { return k == Kernel::conv1d || k == Kernel::conv1d_row ? conv_work : gdn_work; }
   cudaError_t launch(Kernel k, cudaStream_t st) const {
     const uint64_t c = reinterpret_cast<uint64_t>(cu);
     pb::kernels::GdnArgs a;
@@ -161,7 +164,11 @@ struct DeviceBatch {
       case Kernel::token:
         return pb::kernels::launch_gdn(st, a);
       case Kernel::conv1d:
-        return pb::kernels::launch_conv1d(st, shape, N, T, c, x, conv_w, conv_state, conv_out, false);
+        return pb::kernels::launch_conv1d(st, shape, N, T, c, x, conv_w, conv_state, conv_out, false,
+                                          pb::kernels::Conv1dImpl::window);
+      case Kernel::conv1d_row:
+        return pb::kernels::launch_conv1d(st, shape, N, T, c, x, conv_w, conv_state, conv_out, false,
+                                          pb::kernels::Conv1dImpl::row);
     }
     return cudaErrorInvalidValue;
   }
@@ -276,7 +283,10 @@ void register_all() {
         std::printf("skipped %s/chunked: gdn_chunked_supports is false for this shape\n", base.c_str());
       reg(base + "/token", BM_Gdn, &sh, &m, Kernel::token);
       reg(base + "/conv1d", BM_Gdn, &sh, &m, Kernel::conv1d);
+      reg(base + "/conv1d.row", BM_Gdn, &sh, &m, Kernel::conv1d_row);
     }
+  reg("gdn/" + config_name(kShapes[0], kConvMix) + "/conv1d", BM_Gdn, &kShapes[0], &kConvMix, Kernel::conv1d);
+  reg("gdn/" + config_name(kShapes[0], kConvMix) + "/conv1d.row", BM_Gdn, &kShapes[0], &kConvMix, Kernel::conv1d_row);
   reg("stage/mixed/upload", BM_StageUpload, &kMixes[1]);
 }
 

@@ -24,11 +24,13 @@ namespace {
 
 constexpr int kRopeMaxHalf = 128;  // rope.cu's RopeConfig::kMaxHalf
 constexpr bool kGdnChunkedDefault = true;  // device-checked 2026-12-02 (kernels/NOTES.md)
+constexpr bool kConvWindowDefault = true;  // device-checked 2026-12-03: bit-identical to row, 1.4x faster at 16k+ rows (kernels/NOTES.md)
 
 struct Ctx {
   bool causal_off_by_one = false, conv_state_bleed = false;
   std::string attention = "auto";  // auto (mma where the shape allows), fp32, mma, mma:N
   std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, token
+  std::string conv1d = "auto";     // auto, window (where the shape allows), row (the oracle)
   // The plan prepare() made, for the workspace it wrote.
   std::vector<AttnWorkItem> work;
   std::vector<float> inv_freq;
@@ -82,6 +84,11 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
 bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
   const bool want = c.gdn == "chunked" || (c.gdn == "auto" && kGdnChunkedDefault);
   return want && gdn_chunked_supports(shape);
+}
+
+Conv1dImpl conv1d_impl(const Ctx& c) {
+  const bool window = c.conv1d == "window" || (c.conv1d == "auto" && kConvWindowDefault);
+  return window ? Conv1dImpl::window : Conv1dImpl::row;
 }
 
 std::vector<int32_t> host_vec(const int32_t* p, uint32_t n) { return p ? std::vector<int32_t>(p, p + n) : std::vector<int32_t>(); }
@@ -200,7 +207,15 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
     c.gdn = v;
     return PB_OK;
   }
-  put(msg, msg_len, "pb-cuda has no option '" + k + "' (it has attention, gdn, fault)");
+  if (k == "conv1d") {
+    if (v != "auto" && v != "window" && v != "row") {
+      put(msg, msg_len, "pb-cuda conv1d variants: auto, window, row (not '" + v + "')");
+      return PB_ERR_UNSUPPORTED;
+    }
+    c.conv1d = v;
+    return PB_OK;
+  }
+  put(msg, msg_len, "pb-cuda has no option '" + k + "' (it has attention, gdn, conv1d, fault)");
   return PB_ERR_UNSUPPORTED;
 }
 
@@ -208,6 +223,7 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
   std::string d = "attention=" + std::string(c.attention == "auto" ? "mma(wgmma on sm_90)/fp32 by head_dim" : c.attention) +
                   " gdn=" + std::string(c.gdn == "auto" ? (kGdnChunkedDefault ? "chunked-tf32/token by shape" : "token") : c.gdn);
+  d += " conv1d=" + std::string(conv1d_impl(c) == Conv1dImpl::window ? "window(d_conv<=4)/row" : "row");
   if (c.causal_off_by_one) d += " fault=causal-off-by-one";
   if (c.conv_state_bleed) d += " fault=conv-state-bleed";
   put(buf, buf_len, d);
@@ -343,7 +359,7 @@ pb_status conv1d(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg,
                                  m.cu_seqlens, reinterpret_cast<const bf16*>(a->x.data),
                                  reinterpret_cast<const bf16*>(a->conv_weight.data),
                                  reinterpret_cast<bf16*>(a->conv_state.data), ws<bf16>(a->workspace.data, l.conv_out),
-                                 c.conv_state_bleed),
+                                 c.conv_state_bleed, conv1d_impl(c)),
                    "conv1d", msg, msg_len);
 }
 

@@ -79,10 +79,15 @@ cudaError_t launch_attention(cudaStream_t stream, const AttnArgs& args);
 // each stream's conv_state [N, conv_dim, d_conv-1] before its first token, then
 // (a second launch, after all reads) the new conv_state. `conv_state_bleed` is
 // the fault: streams b > 0 read the previous stream's rows instead of their state.
+// `impl`: window (each thread slides down a run of rows; where
+// conv1d_window_supports, else row) or row (one thread per row, the oracle);
+// both give bit-identical outputs.
+enum class Conv1dImpl { window, row };
+bool conv1d_window_supports(const LayerShape& shape);  // conv_dim % 8 == 0, d_conv 2..4
 cudaError_t launch_conv1d(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
                           uint32_t total_tokens, uint64_t cu_seqlens, const bf16* x,
                           const bf16* conv_w, bf16* conv_state, bf16* conv_out,
-                          bool conv_state_bleed);
+                          bool conv_state_bleed, Conv1dImpl impl = Conv1dImpl::row);
 
 // ---- gdn.cu ---------------------------------------------------------------
 // One gated-delta-rule launch, the same struct for the token and the chunked

@@ -11,10 +11,17 @@
 #    unless PB_SKIP contains "harness";
 # 5. pb_bench_gdn_cuda times the Gated DeltaNet kernels (chunked, token, conv1d)
 #    and staging + upload, unless PB_SKIP contains "gdn";
-# then prints the ratio table last. Files in ${OUT:-results}/: device-bench.log,
-# bench.json, peer.json, ratio.txt, harness.txt, gdn-bench.json.
+# 6. the GDN peer table (issue 13's shapes, scripts/peer_fla.py): ours through
+#    prefill-bench (every check) beside fla as a CUDA-graph replay, unless PB_SKIP
+#    contains "fla"; fla is unpacked from fla-0.5.2-ops.tar.gz into a git-ignored
+#    folder carried along, named by FLA_PARENT (default: .fla beside scripts/);
+# then prints the ratio tables last (PyTorch SDPA + FlexAttention; issue 15's rows
+# with FA3's published figures). Files in ${OUT:-results}/: device-bench.log,
+# bench.json, peer.json, ratio.txt, harness.txt, gdn-bench.json, fla.json, gdn-peer.txt.
 # Knobs: PB_BUNDLE, PB_BENCH_PASS1/2 or PB_BENCH_FILTER (google benchmark regexes),
-# PB_PEER, PB_HARNESS_KERNELS (default "mma fp32"), PB_SKIP (words: ours peer harness gdn).
+# PB_PEER, PB_FLEX (the batches FlexAttention runs on, a regex; "" none), PB_HARNESS_KERNELS (default "mma fp32"), PB_SKIP (words: ours peer harness gdn fla),
+# FLA_PARENT, PB_FLA_SHAPES (a subset of peer_fla.py's shape names), PB_FLA_TIMEOUT (default 480 s:
+# fla autotunes every shape on its first calls, 30-60 s a shape on the H200).
 set -uo pipefail
 B="${PB_BUNDLE:-$PWD/bundle}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,7 +30,9 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 work="$(mktemp -d)"
 skip=" ${PB_SKIP:-} "
-peer_pat="${PB_PEER:-^(mixed-d(64|128|256)-h16x(2|16)|8x4096-d(128|256)-h16x(2|16)|32x512-d128-h16x2|chunked8x512at3584-d128-h16x2)$}"
+peer_pat="${PB_PEER:-^(mixed-d(64|128|256)-h16x(2|16)|8x4096-d(128|256)-h16x(2|16)|32x512-d128-h16x(2|16)|chunked8x512at3584-d128-h16x2|1x16384-d(128-h16x16|256-h8x8|64-h32x32)|4x4096-d128-h16x16)$}"
+# FlexAttention compiles each shape (~20-25 s): issue 15's rows only, by default.
+flex_pat="${PB_FLEX-^(mixed-d(64|128|256)-h16x2|8x4096-d(128|256)-h16x2|32x512-d128-h16x16|1x16384-d(128-h16x16|256-h8x8|64-h32x32)|4x4096-d128-h16x16)$}"
 exec > >(tee "$out/device-bench.log") 2>&1
 started=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - started )) s"; }
@@ -76,7 +85,7 @@ if [[ "$skip" != *" peer "* ]]; then
     n="$(basename "$f" .json)"
     echo "$n" | grep -Eq "$peer_pat" && peers+=("$f")
   done
-  PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_torch.py" "${peers[@]}" --json "$out/peer.json"
+  PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_torch.py" "${peers[@]}" --json "$out/peer.json" --flex "$flex_pat"
   echo "peer_torch exit $? [$(elapsed)]"
 fi
 
@@ -105,6 +114,28 @@ if [[ "$skip" != *" gdn "* ]]; then
   fi
 fi
 
+if [[ "$skip" != *" fla "* ]]; then
+  echo "== gdn peer: ours (prefill-bench) vs fla (scripts/peer_fla.py) [$(elapsed)]"
+  fla_parent="${FLA_PARENT:-$root/.fla}"
+  mkdir -p "$work/gdn-scenarios" "$work/gdn-ours"
+  python3 "$root/scripts/peer_fla.py" scenarios "$work/gdn-scenarios"
+  for f in "$work"/gdn-scenarios/*.yaml; do
+    n="$(basename "$f" .yaml)"
+    [ -n "${PB_FLA_SHAPES:-}" ] && [[ " $PB_FLA_SHAPES " != *" $n "* ]] && continue
+    timeout 200 "$B/prefill-bench" run "$f" --backend cuda --no-color --json "$work/gdn-ours/$n.json" \
+      > "$work/gdn-ours/$n.txt" 2>&1
+    echo "ours $n: exit $? [$(elapsed)]"
+  done
+  if [ -d "$fla_parent/fla" ]; then
+    FLA_PARENT="$fla_parent" PYTHONUNBUFFERED=1 timeout "${PB_FLA_TIMEOUT:-480}" python3 "$root/scripts/peer_fla.py" time \
+      --json "$out/fla.json" ${PB_FLA_SHAPES:-}
+    echo "peer_fla exit $? [$(elapsed)]"
+  else
+    echo "device-bench: no $fla_parent/fla (unpack fla-0.5.2-ops.tar.gz there, carry it): fla column empty"
+  fi
+  python3 "$root/scripts/peer_fla.py" table --ours "$work/gdn-ours" --fla "$out/fla.json" | tee "$out/gdn-peer.txt"
+fi
+
 echo "== ratio table [$(elapsed)]"
 python3 - "$out/bench.json" "$out/peer.json" <<'PY' | tee "$out/ratio.txt"
 import json, os, sys
@@ -125,8 +156,9 @@ if os.path.exists(peer_p):
     for r in json.load(open(peer_p))["results"]:
         if "tflops" in r:
             peer.setdefault(r["batch"], {})[r["backend"]] = r["tflops"]
-cols = ["flash", "cudnn", "efficient"]
-print("TFLOP/s (docs/DESIGN.md counting; peer = PyTorch SDPA per stream, contiguous K/V; ours = one batched launch, paged K/V)")
+cols = ["flash", "cudnn", "efficient", "flex"]
+print("TFLOP/s (docs/DESIGN.md counting; peer = PyTorch SDPA per stream, contiguous K/V, and FlexAttention in one "
+      "launch with a document mask; ours = one batched launch, paged K/V)")
 hdr = f"{'batch':<30} {'default':>7} {'mma best':>8} {'variant':<16} {'fp32':>6} " + " ".join(f"{c:>9}" for c in cols) + \
       f" {'batched*':>9} {'ours/best peer':>14} {'%peak':>6}"
 print(hdr)
@@ -145,8 +177,33 @@ for batch in sorted(set(ours) | set(peer)):
     ratio = f"{v0 / bp:.2f}x" if bp > 0 and v0 > 0 else "-"
     print(f"{batch:<30} {v0:7.1f} {best:8.1f} {best_k[:16]:<16} {fp:6.1f} " +
           " ".join(f"{x:9.1f}" for x in loop) + f" {batched:9.1f} {ratio:>14} {100 * v0 / PEAK:5.1f}%")
-print("ratio = our default kernel (mma.default: what the CUDA backend runs) over the best PyTorch backend looping over streams; "
-      "batched* = PyTorch's one batched call where all streams are equal (not a varlen peer); %peak of 790 TFLOP/s")
+print("ratio = our default kernel (mma.default: what the CUDA backend runs) over the best PyTorch backend (SDPA looping "
+      "over streams, or Flex); batched* = PyTorch's one batched call where all streams are equal (not a varlen peer); "
+      "%peak of 790 TFLOP/s")
+
+# Issue 15's table, row for row; FA3 = the FlashAttention-3 paper (H100 SXM5, causal bf16), published, not measured.
+ISSUE15 = [("mixed 7..8192, d128, 16q/2kv", "mixed-d128-h16x2", None),
+           ("mixed, d64", "mixed-d64-h16x2", None),
+           ("mixed, d256", "mixed-d256-h16x2", None),
+           ("8 x 4096, d128, 16/2", "8x4096-d128-h16x2", 579),
+           ("8 x 4096, d256, 16/2", "8x4096-d256-h16x2", 612),
+           ("1 x 16384, d128, 16 heads MHA", "1x16384-d128-h16x16", 616),
+           ("1 x 16384, d256, 8 heads", "1x16384-d256-h8x8", 642),
+           ("1 x 16384, d64, 32 heads", "1x16384-d64-h32x32", 473),
+           ("4 x 4096, d128, 16 heads MHA", "4x4096-d128-h16x16", 579),
+           ("32 x 512, d128, 16 heads MHA", "32x512-d128-h16x16", None)]
+print()
+print("issue 15: TFLOP/s; best = the best PyTorch backend here (cuDNN, SDPA flash, efficient, Flex; batched "
+      "calls included where streams are equal); FA3 = published H100 figure")
+print(f"{'shape':<32} {'batch':<22} {'ours':>6} {'cuDNN':>6} {'flash':>6} {'Flex':>6} {'FA3':>5} {'ours/best':>9} {'ours/FA3':>8}")
+for label, batch, fa3 in ISSUE15:
+    o = ours.get(batch, {}).get("mma.default", (0.0, 0))[0]
+    p = peer.get(batch, {})
+    best = max(p.values()) if p else 0.0
+    f = lambda x: f"{x:6.1f}" if x else f"{'-':>6}"
+    print(f"{label:<32} {batch:<22} {f(o)} {f(p.get('cudnn', 0))} {f(p.get('flash', 0))} {f(p.get('flex', 0))} "
+          f"{(str(fa3) if fa3 else ''):>5} {(f'{o / best:.2f}x' if o and best else '-'):>9} "
+          f"{(f'{o / fa3:.2f}x' if o and fa3 else ''):>8}")
 PY
 rm -rf "$work"
 echo "device-bench done [$(elapsed)]"

@@ -8,15 +8,23 @@ torch.nn.functional.scaled_dot_product_attention call per stream, bf16, causal
 cached prefix), contiguous K/V of kv_len keys (no paging), GQA through
 enable_gqa=True, or K/V repeat_interleave'd to the q heads when a backend
 refuses GQA (said in the output). For batches of equal streams also one batched
-call ("<backend>/batched"). torch.nn.attention.varlen.varlen_attn takes no
+call ("<backend>/batched"). Also FlexAttention ("flex"): torch.compile'd
+flex_attention, one launch over the packed batch (q and K/V of all streams
+concatenated) with a document + causal mask_mod (a query at position
+chunk_start + i sees its own stream's keys 0 .. chunk_start + i), enable_gqa=True;
+the block mask is built and the kernel compiled before the timed region (the plan
+step), K/V contiguous. torch.nn.attention.varlen.varlen_attn takes no
 causal flag, so it is reported as skipped, not timed. Timing: CUDA events
 around the whole loop over streams, 3 warm-ups, 20 timed loops, median.
 FLOPs are counted as docs/DESIGN.md does: 4 * Hq * D * sum_i (chunk_start + i + 1).
 
-Usage: peer_torch.py BATCH.json... [--json OUT.json] [--warmup 3] [--repeat 20]
+Usage: peer_torch.py BATCH.json... [--json OUT.json] [--warmup 3] [--repeat 20] [--flex REGEX]
+  --flex: the batches FlexAttention runs on (re.search on the batch name; default all:
+  each new shape costs a compile of ~20-25 s on the H200; "" runs none)
 """
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -117,12 +125,45 @@ def run_backend(batch, inputs, name, backend, args, batched):
     return {"backend": name + ("/batched" if batched else ""), "skipped": last_err}
 
 
+def run_flex(batch, inputs, args):
+    """FlexAttention over the packed batch in one call (see the module doc)."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        t0 = time.time()
+        q = torch.cat([x[0] for x in inputs], dim=2)
+        k = torch.cat([x[1] for x in inputs], dim=2)
+        v = torch.cat([x[2] for x in inputs], dim=2)
+        q_doc = torch.cat([torch.full((x[0].shape[2],), i, dtype=torch.int32) for i, x in enumerate(inputs)]).cuda()
+        kv_doc = torch.cat([torch.full((x[1].shape[2],), i, dtype=torch.int32) for i, x in enumerate(inputs)]).cuda()
+        q_pos = torch.cat([torch.arange(x[0].shape[2], dtype=torch.int32) + x[3] for x in inputs]).cuda()
+        kv_pos = torch.cat([torch.arange(x[1].shape[2], dtype=torch.int32) for x in inputs]).cuda()
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return (q_doc[q_idx] == kv_doc[kv_idx]) & (q_pos[q_idx] >= kv_pos[kv_idx])
+
+        bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=q.shape[2], KV_LEN=k.shape[2], device="cuda")
+        flex = torch.compile(flex_attention, dynamic=False)
+        gqa = q.shape[1] != k.shape[1]
+        fn = lambda: flex(q, k, v, block_mask=bm, enable_gqa=gqa)
+        fn()
+        torch.cuda.synchronize()
+        setup = time.time() - t0
+        med, lo, hi = time_loop(fn, args.warmup, args.repeat)
+        return {"backend": "flex", "gqa": "enable_gqa" if gqa else "none", "median_ms": med, "min_ms": lo,
+                "max_ms": hi, "tflops": flops_of(batch) / (med * 1e9), "samples": args.repeat,
+                "setup_s": setup}
+    except Exception as e:  # a torch without FlexAttention, or a compile failure
+        torch.cuda.synchronize()
+        return {"backend": "flex", "skipped": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("batches", nargs="+")
     ap.add_argument("--json", default="")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--flex", default=".")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("skipped: no CUDA device")
@@ -156,17 +197,20 @@ def main():
         name = batch["name"].removeprefix("bench-")
         inputs = make_inputs(batch, gen)
         equal = len({(s["chunk_start"], s["count"]) for s in batch["streams"]}) == 1 and len(batch["streams"]) > 1
-        for bname, backend in BACKENDS:
-            for batched in ([False, True] if equal else [False]):
-                r = run_backend(batch, inputs, bname, backend, args, batched)
-                r.update({"batch": name, "flops": flops_of(batch)})
-                results.append(r)
-                if "skipped" in r:
-                    print(f"{name:<32} {r['backend']:<18} skipped: {r['skipped']}")
-                else:
-                    print(f"{name:<32} {r['backend']:<18} {r['median_ms']:9.4f} ms {r['tflops']:7.1f} TFLOP/s "
-                          f"(gqa {r['gqa']}, min {r['min_ms']:.4f} max {r['max_ms']:.4f})")
-                sys.stdout.flush()
+        runs = [(lambda b=backend, n=bname, bt=batched: run_backend(batch, inputs, n, b, args, bt))
+                for bname, backend in BACKENDS for batched in ([False, True] if equal else [False])]
+        if args.flex and re.search(args.flex, name):
+            runs.append(lambda: run_flex(batch, inputs, args))
+        for run in runs:
+            r = run()
+            r.update({"batch": name, "flops": flops_of(batch)})
+            results.append(r)
+            if "skipped" in r:
+                print(f"{name:<32} {r['backend']:<18} skipped: {r['skipped']}")
+            else:
+                print(f"{name:<32} {r['backend']:<18} {r['median_ms']:9.4f} ms {r['tflops']:7.1f} TFLOP/s "
+                      f"(gqa {r['gqa']}, min {r['min_ms']:.4f} max {r['max_ms']:.4f})")
+            sys.stdout.flush()
         del inputs
         torch.cuda.empty_cache()
     doc = {"schema": "prefill-bench.peer/1", "torch": torch.__version__, "device": torch.cuda.get_device_name(0),

@@ -10,6 +10,7 @@
 
 #include "lib/backend.h"
 #include "lib/input_error.h"
+#include "lib/kernel_library.h"
 #include "lib/run.h"
 #include "lib/sha256.h"
 #include "lib/staging.h"
@@ -69,6 +70,25 @@ TEST(HostLibrary, RefusesUnknownVariantAndOption) {
   EXPECT_THROW(run_scenario(smoke(), opt), InputError);
   opt.impl = "attention=tiled,gdn=recurrent";
   EXPECT_NO_THROW(validate_kernels(opt));
+}
+
+// pb-cuda's conv1d variants (init, set_option and describe touch no device):
+// window is the default, row selectable, anything else refused with the list.
+TEST(CudaLibrary, Conv1dVariants) {
+  const pb_kernel_table* t = cuda_kernel_table();
+  if (!t) GTEST_SKIP() << "built without CUDA kernels";
+  char msg[256] = "", desc[256] = "";
+  void* ctx = nullptr;
+  ASSERT_EQ(t->init(&ctx, msg, sizeof msg), PB_OK) << msg;
+  ASSERT_EQ(t->describe(ctx, desc, sizeof desc), PB_OK);
+  EXPECT_NE(std::string(desc).find("conv1d=window"), std::string::npos) << desc;
+  EXPECT_EQ(t->set_option(ctx, "conv1d", "sliding", msg, sizeof msg), PB_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(msg).find("auto, window, row"), std::string::npos) << msg;
+  EXPECT_EQ(t->set_option(ctx, "conv1d", "row", msg, sizeof msg), PB_OK) << msg;
+  ASSERT_EQ(t->describe(ctx, desc, sizeof desc), PB_OK);
+  EXPECT_NE(std::string(desc).find("conv1d=row"), std::string::npos) << desc;
+  EXPECT_EQ(t->set_option(ctx, "conv1d", "window", msg, sizeof msg), PB_OK) << msg;
+  EXPECT_EQ(t->teardown(ctx, msg, sizeof msg), PB_OK);
 }
 
 // gdn-state-race: each work item reads its neighbour's state before updating
