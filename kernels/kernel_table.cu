@@ -16,6 +16,7 @@
 
 #include "kernels/attention_mma.h"
 #include "kernels/gdn_chunked.h"
+#include "kernels/gdn_split.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels.h"
 
@@ -29,12 +30,14 @@ constexpr bool kConvWindowDefault = true;  // device-checked 2026-12-03: bit-ide
 struct Ctx {
   bool causal_off_by_one = false, conv_state_bleed = false;
   std::string attention = "auto";  // auto (mma where the shape allows), fp32, mma, mma:N
-  std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, token
+  std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, split, token
   std::string conv1d = "auto";     // auto, window (where the shape allows), row (the oracle)
   // The plan prepare() made, for the workspace it wrote.
   std::vector<AttnWorkItem> work;
   std::vector<float> inv_freq;
   std::vector<int32_t> order;
+  std::vector<GdnSplitItem> split_items;
+  std::vector<int32_t> split_chunk_first;
 };
 
 void put(char* buf, size_t len, const std::string& s) {
@@ -81,6 +84,7 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
   if (c.attention.rfind("mma:", 0) == 0) variant = std::atoi(c.attention.c_str() + 4);
   return attention_mma_supported(shape) ? variant : -2;
 }
+bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
 bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
   const bool want = c.gdn == "chunked" || (c.gdn == "auto" && kGdnChunkedDefault);
   return want && gdn_chunked_supports(shape);
@@ -109,12 +113,16 @@ AttnLayout attn_layout(const pb_attn_shape& s, uint32_t T, size_t work_items) {
   return l;
 }
 struct SsmLayout {
-  uint64_t conv_out = 0, order = 0, bytes = 0;
+  uint64_t conv_out = 0, order = 0, split = 0, bytes = 0;  // split: gdn_split_layout's region, when it runs
 };
-SsmLayout ssm_layout(const pb_ssm_shape& s, uint32_t T, uint32_t N) {
+SsmLayout ssm_layout(const Ctx& c, const pb_ssm_shape& s, uint32_t T, uint32_t N) {
   SsmLayout l;
   l.order = round256(uint64_t(T) * s.conv_dim * 2);
   l.bytes = l.order + round256(uint64_t(N + 1) * 4);
+  if (gdn_split(c, ssm_shape(s))) {
+    l.split = l.bytes;
+    l.bytes += gdn_split_layout(ssm_shape(s), T, N).bytes;
+  }
   return l;
 }
 
@@ -200,8 +208,8 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
     return PB_OK;
   }
   if (k == "gdn") {
-    if (v != "auto" && v != "chunked" && v != "token") {
-      put(msg, msg_len, "pb-cuda gdn variants: auto, chunked, token (not '" + v + "')");
+    if (v != "auto" && v != "chunked" && v != "split" && v != "token") {
+      put(msg, msg_len, "pb-cuda gdn variants: auto, chunked, split, token (not '" + v + "')");
       return PB_ERR_UNSUPPORTED;
     }
     c.gdn = v;
@@ -230,12 +238,14 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
   return PB_OK;
 }
 
-// The gdn kernel's arithmetic at this shape: the chunked kernel's tf32 products,
-// or the token kernel's fp32 (the reference's lp follows it: docs/TOLERANCES.md).
+// The gdn kernel's arithmetic at this shape: the split or the chunked kernel's tf32
+// products, or the token kernel's fp32 (the reference's lp follows it: docs/TOLERANCES.md).
 pb_status precision(void* ctx, const pb_layer_shape* s, const char* kernel, char* buf, size_t buf_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
-  const bool tf32 = s->kind == PB_LAYER_SSM && kernel && std::string(kernel) == "gdn" && gdn_chunked(c, ssm_shape(s->ssm));
-  put(buf, buf_len, tf32 ? "tf32-chunked" : "fp32");
+  const bool gdn = s->kind == PB_LAYER_SSM && kernel && std::string(kernel) == "gdn";
+  const bool split = gdn && gdn_split(c, ssm_shape(s->ssm));
+  const bool tf32 = gdn && !split && gdn_chunked(c, ssm_shape(s->ssm));
+  put(buf, buf_len, split ? "tf32-split" : tf32 ? "tf32-chunked" : "fp32");
   return PB_OK;
 }
 
@@ -246,7 +256,7 @@ pb_status workspace_bytes(void* ctx, const pb_layer_shape* s, const pb_batched_a
     if (s->kind == PB_LAYER_ATTN)
       *bytes = attn_layout(s->attn, m->total_tokens, plan_work(c, attn_shape(s->attn), *m).size()).bytes;
     else
-      *bytes = ssm_layout(s->ssm, m->total_tokens, m->batch_size).bytes;
+      *bytes = ssm_layout(c, s->ssm, m->total_tokens, m->batch_size).bytes;
     return PB_OK;
   } catch (const std::exception& e) {
     put(msg, msg_len, e.what());
@@ -337,7 +347,7 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
     for (uint32_t b = 0; b < m.batch_size; ++b) c.order[b] = static_cast<int32_t>(b);
   }
   if (a->schedule) std::reverse(c.order.begin(), c.order.end());
-  const SsmLayout l = ssm_layout(a->shape, m.total_tokens, m.batch_size);
+  const SsmLayout l = ssm_layout(c, a->shape, m.total_tokens, m.batch_size);
   if (a->workspace.bytes < l.bytes) {
     put(msg, msg_len, "workspace smaller than workspace_bytes asked for");
     return PB_ERR_INVALID;
@@ -347,6 +357,23 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
   if (!c.order.empty())
     e = cudaMemcpyAsync(ws<int32_t>(a->workspace.data, l.order), c.order.data(), c.order.size() * 4,
                         cudaMemcpyHostToDevice, st);
+  if (e == cudaSuccess && l.split) {  // the split kernel's work list (kernels/gdn_split.h)
+    plan_gdn_split(host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count), c.order, &c.split_items, &c.split_chunk_first);
+    const GdnSplitLayout sl = gdn_split_layout(ssm_shape(a->shape), m.total_tokens, m.batch_size);
+    if (c.split_items.size() > sl.max_chunks || c.split_chunk_first.size() != m.batch_size + 1u) {
+      put(msg, msg_len, "prepare_ssm: the host cu_seqlens give more chunks than total_tokens and batch_size allow");
+      return PB_ERR_INVALID;
+    }
+    const int32_t count = static_cast<int32_t>(c.split_items.size());
+    const uint64_t base = a->workspace.data + l.split;
+    e = cudaMemcpyAsync(ws<int32_t>(base, sl.count), &count, 4, cudaMemcpyHostToDevice, st);
+    if (e == cudaSuccess && count)
+      e = cudaMemcpyAsync(ws<GdnSplitItem>(base, sl.items), c.split_items.data(), c.split_items.size() * sizeof(GdnSplitItem),
+                          cudaMemcpyHostToDevice, st);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(ws<int32_t>(base, sl.chunk_first), c.split_chunk_first.data(), c.split_chunk_first.size() * 4,
+                          cudaMemcpyHostToDevice, st);
+  }
   if (e == cudaSuccess) e = cudaStreamSynchronize(st);
   return from_cuda(e, "prepare_ssm upload", msg, msg_len);
 }
@@ -354,7 +381,7 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
 pb_status conv1d(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, size_t msg_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
   const pb_batched_attn_metadata& m = a->metadata;
-  const SsmLayout l = ssm_layout(a->shape, m.total_tokens, m.batch_size);
+  const SsmLayout l = ssm_layout(c, a->shape, m.total_tokens, m.batch_size);
   return from_cuda(launch_conv1d(static_cast<cudaStream_t>(stream), ssm_shape(a->shape), m.batch_size, m.total_tokens,
                                  m.cu_seqlens, reinterpret_cast<const bf16*>(a->x.data),
                                  reinterpret_cast<const bf16*>(a->conv_weight.data),
@@ -367,9 +394,10 @@ pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, si
   const Ctx& c = *static_cast<Ctx*>(ctx);
   const pb_batched_attn_metadata& m = a->metadata;
   const LayerShape shape = ssm_shape(a->shape);
-  const SsmLayout l = ssm_layout(a->shape, m.total_tokens, m.batch_size);
+  const SsmLayout l = ssm_layout(c, a->shape, m.total_tokens, m.batch_size);
   const uint64_t w = a->workspace.data;
-  const bool chunked = gdn_chunked(c, shape);
+  const bool split = gdn_split(c, shape);
+  const bool chunked = !split && gdn_chunked(c, shape);
   GdnArgs args;
   args.shape = shape;
   args.batch_size = m.batch_size;
@@ -382,6 +410,7 @@ pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, si
   args.beta = reinterpret_cast<const float*>(a->beta.data);
   args.out = reinterpret_cast<bf16*>(a->out.data);
   const auto st = static_cast<cudaStream_t>(stream);
+  if (split) return from_cuda(launch_gdn_split(st, args, w + l.split), "gdn (split)", msg, msg_len);
   return from_cuda(chunked ? launch_gdn_chunked(st, args) : launch_gdn(st, args),
                    chunked ? "gdn (chunked)" : "gdn (token)", msg, msg_len);
 }

@@ -216,8 +216,9 @@ GdnPrecision Backend::gdn_precision(int layer) const {
   const std::string p = library_->precision(abi_layer_shape(at(layer).kind, shape_), "gdn");
   if (p == "fp32") return GdnPrecision::fp32;
   if (p == "tf32-chunked") return GdnPrecision::tf32_chunked;
+  if (p == "tf32-split") return GdnPrecision::tf32_split;
   throw InputError(fmt::format("kernel library {}: precision(\"gdn\") is '{}', which the harness cannot model "
-                               "(known: fp32, tf32-chunked; docs/KERNEL-ABI.md)", library_->label(), p));
+                               "(known: fp32, tf32-chunked, tf32-split; docs/KERNEL-ABI.md)", library_->label(), p));
 }
 
 void Backend::reset_layer(int layer) {

@@ -60,6 +60,9 @@ enum class GdnPrecision {
   tf32_chunked,  // chunks of 32 tokens in the WY form, the chunk's four products on
                  // tf32 operands (round to nearest, ties away) with fp32 accumulation,
                  // everything else and the carried state in fp32 (kernels/gdn_chunked.cu)
+  tf32_split,    // the same chunks, tf32 operands and fp32 state, but in the context-parallel
+                 // order of kernels/gdn_split.cu: U, W = (I + A)^-1 [beta v | beta e^G k] first,
+                 // then Delta = U - W S^T (reference/gdn_split_lp.cpp)
 };
 // How a report names it: "bf16 io, fp32 math" / "bf16 io, tf32 products (32-token chunks)".
 const char* gdn_precision_name(GdnPrecision p);

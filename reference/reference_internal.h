@@ -79,9 +79,15 @@ enum class Tf32Sums { fp32, wide };
 void gdn_chunk_tf32(int n, int dk, int dv, const float* q, const float* k, const float* v,
                     const float* g, const float* beta, float* S, float* out, size_t out_stride,
                     Tf32Sums sums = Tf32Sums::fp32);
+// The same chunk in the arithmetic of kernels/gdn_split.cu (GdnPrecision::
+// tf32_split, reference/gdn_split_lp.cpp): the WY terms U, W first, then the
+// state's product with W; same arguments.
+void gdn_chunk_split(int n, int dk, int dv, const float* q, const float* k, const float* v,
+                     const float* g, const float* beta, float* S, float* out, size_t out_stride,
+                     Tf32Sums sums = Tf32Sums::fp32);
 
 // One stream of a Gated DeltaNet layer at kernel precision `p` (what
-// gdn_reference's out_lp / h_lp hold for it, with `sums` for tf32_chunked).
+// gdn_reference's out_lp / h_lp hold for it, with `sums` for tf32_chunked / tf32_split).
 // out: [count, Hv, v_dim] (bf16 values); h_final: [Hv, v_dim, k_dim].
 void gdn_stream_lp(const Batch& batch, const LayerShape& shape, int layer, int stream,
                    GdnPrecision p, Tf32Sums sums, std::vector<float>* out,

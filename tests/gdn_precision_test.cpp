@@ -5,7 +5,9 @@
 // seen on the H200), passes the tf32 one, and a real precision loss still fails it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -100,13 +102,14 @@ TEST(GdnChunkedLp, FollowsTheTokenRecurrenceAcrossChunks) {
 
 // A kernel stand-in: the chunked tf32 arithmetic with sums in double (not the lp
 // itself), run on `batch`, packed as the backend would return it.
-LayerOutputs chunked_stand_in(const Batch& batch, const LayerShape& shape, int layer, const GdnReference& ref) {
+LayerOutputs chunked_stand_in(const Batch& batch, const LayerShape& shape, int layer, const GdnReference& ref,
+                              GdnPrecision kernel = GdnPrecision::tf32_chunked) {
   LayerOutputs o;
   o.out.resize(ref.out_lp.size());
   const size_t row = static_cast<size_t>(shape.num_v_heads) * shape.v_dim;
   for (int b = 0; b < batch.num_streams; ++b) {
     std::vector<float> out, h;
-    detail::gdn_stream_lp(batch, shape, layer, b, GdnPrecision::tf32_chunked, detail::Tf32Sums::wide, &out, &h);
+    detail::gdn_stream_lp(batch, shape, layer, b, kernel, detail::Tf32Sums::wide, &out, &h);
     for (size_t i = 0; i < out.size(); ++i) o.out[batch.streams[b].row_begin * row + i] = to_bf16(out[i]);
     o.h_state.push_back(h);
   }
@@ -192,6 +195,100 @@ TEST(GdnPrecisionLimit, DecodeHeavyTf32LimitStaysTight) {
     failed += c && !f.pass;
   }
   EXPECT_GT(failed, carried / 2) << "of " << carried << " streams with a carried state";
+}
+
+// The split kernel's order (U, W first, then Delta = U - W S^T) is the same
+// algebra as the chunked one: its lp stays within tf32 noise of the chunked lp
+// and of the fp32 lp across chunks with a carried state, and is its own model.
+TEST(GdnSplitLp, FollowsTheChunkedFormAcrossChunks) {
+  const Batch batch = batch_of(kLong);
+  const LayerShape shape = layer_shape(parse_scenario(kLong, "test.yaml"), batch);
+  const GdnReference fp = gdn_reference(batch, shape, 0, GdnPrecision::fp32);
+  const GdnReference ch = gdn_reference(batch, shape, 0, GdnPrecision::tf32_chunked);
+  const GdnReference sp = gdn_reference(batch, shape, 0, GdnPrecision::tf32_split);
+  EXPECT_EQ(sp.lp_precision, GdnPrecision::tf32_split);
+  double out_diff = 0, out_max = 0;
+  size_t differ = 0;
+  for (size_t i = 0; i < fp.out_lp.size(); ++i) {
+    out_diff = std::max(out_diff, static_cast<double>(std::abs(fp.out_lp[i] - sp.out_lp[i])));
+    out_max = std::max(out_max, static_cast<double>(std::abs(fp.out_hp[i])));
+    differ += ch.out_lp[i] != sp.out_lp[i] || fp.out_lp[i] != sp.out_lp[i];
+  }
+  EXPECT_GT(differ, 0u);
+  EXPECT_LT(out_diff, 1e-2 * out_max);
+  for (int b = 0; b < batch.num_streams; ++b) {
+    double h_diff = 0, h_max = 0;
+    for (size_t i = 0; i < fp.h_lp[b].size(); ++i) {
+      h_diff = std::max(h_diff, static_cast<double>(std::abs(ch.h_lp[b][i] - sp.h_lp[b][i])));
+      h_max = std::max(h_max, static_cast<double>(std::abs(fp.h_hp[b][i])));
+    }
+    EXPECT_LT(h_diff, 1e-3 * h_max) << "stream " << b;
+  }
+}
+
+// A stand-in of the split kernel (its arithmetic, sums in double) passes its own
+// limit on the decode-heavy class and a long carried stream; the same stand-in
+// without the carried state's decay at a chunk's first token fails it.
+TEST(GdnPrecisionLimit, SplitStandInPassesItsLimitAndADecayBugFails) {
+  const DecodeHeavy& d = decode_heavy_batch();
+  const GdnReference sp = gdn_reference(d.batch, d.shape, d.kLayer, GdnPrecision::tf32_split);
+  const Verdict v = judge(d.batch, d.shape, d.kLayer, sp,
+                          chunked_stand_in(d.batch, d.shape, d.kLayer, sp, GdnPrecision::tf32_split));
+  EXPECT_TRUE(v.numeric.passed) << v.numeric.findings.front().message;
+  EXPECT_TRUE(v.state.passed) << v.state.findings.front().message;
+  for (const Figure& f : v.numeric.figures)
+    EXPECT_EQ(f.precision, "bf16 io, tf32 products (32-token chunks, context-parallel split)");
+
+  const Batch batch = batch_of(kLong);
+  const LayerShape shape = layer_shape(parse_scenario(kLong, "test.yaml"), batch);
+  const GdnReference lr = gdn_reference(batch, shape, 0, GdnPrecision::tf32_split);
+  const Verdict lv = judge(batch, shape, 0, lr, chunked_stand_in(batch, shape, 0, lr, GdnPrecision::tf32_split));
+  EXPECT_TRUE(lv.numeric.passed) << lv.numeric.findings.front().message;
+  EXPECT_TRUE(lv.state.passed) << lv.state.findings.front().message;
+
+  Batch no_decay = d.batch;
+  for (const StreamTruth& st : no_decay.streams)
+    for (int h = 0; h < d.shape.num_v_heads; ++h)
+      no_decay.layers[d.kLayer].gdn.g[static_cast<size_t>(st.row_begin) * d.shape.num_v_heads + h] = 0.0f;
+  const Verdict bad = judge(d.batch, d.shape, d.kLayer, sp,
+                            chunked_stand_in(no_decay, d.shape, d.kLayer, sp, GdnPrecision::tf32_split));
+  EXPECT_FALSE(bad.numeric.passed);
+  EXPECT_FALSE(bad.state.passed);
+}
+
+// The split kernel's arithmetic loses no more than the chunked kernel's: on every
+// stream, its error against hp (output and state) sits within the limit the
+// tf32-chunked lp gives (2 |lp - hp| + atol). The worst ratio is printed
+// (kernels/PERF-NOTES.md "gdn split" has the figures).
+double worst_split_over_chunked_limit(const Batch& batch, const LayerShape& shape, int layer) {
+  const GdnReference ch = gdn_reference(batch, shape, layer, GdnPrecision::tf32_chunked);
+  const GdnReference sp = gdn_reference(batch, shape, layer, GdnPrecision::tf32_split);
+  const size_t row = static_cast<size_t>(shape.num_v_heads) * shape.v_dim;
+  double worst = 0;
+  for (int b = 0; b < batch.num_streams; ++b) {
+    double e_sp = 0, e_ch = 0, h_sp = 0, h_ch = 0;
+    const size_t r0 = batch.streams[b].row_begin * row, r1 = r0 + batch.streams[b].count * row;
+    for (size_t i = r0; i < r1; ++i) {
+      e_sp = std::max(e_sp, static_cast<double>(std::abs(sp.out_lp[i] - ch.out_hp[i])));
+      e_ch = std::max(e_ch, static_cast<double>(std::abs(ch.out_lp[i] - ch.out_hp[i])));
+    }
+    for (size_t i = 0; i < ch.h_hp[b].size(); ++i) {
+      h_sp = std::max(h_sp, static_cast<double>(std::abs(sp.h_lp[b][i] - ch.h_hp[b][i])));
+      h_ch = std::max(h_ch, static_cast<double>(std::abs(ch.h_lp[b][i] - ch.h_hp[b][i])));
+    }
+    worst = std::max({worst, e_sp / (2 * e_ch + 1e-5), h_sp / (2 * h_ch + 1e-5)});
+  }
+  return worst;
+}
+
+TEST(GdnSplitLp, StaysWithinTheChunkedLimit) {
+  const Batch batch = batch_of(kLong);
+  const double r_long = worst_split_over_chunked_limit(batch, layer_shape(parse_scenario(kLong, "test.yaml"), batch), 0);
+  const DecodeHeavy& d = decode_heavy_batch();
+  const double r_decode = worst_split_over_chunked_limit(d.batch, d.shape, d.kLayer);
+  std::printf("split error / chunked limit, worst stream: long %.3f, decode-heavy %.3f\n", r_long, r_decode);
+  EXPECT_LT(r_long, 1.0);
+  EXPECT_LT(r_decode, 1.0);
 }
 
 }  // namespace

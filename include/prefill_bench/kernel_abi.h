@@ -223,7 +223,8 @@ typedef struct pb_kernel_table {
    * so the harness's same-precision reference, and so the numeric limit, follows
    * it (docs/TOLERANCES.md). Known names: "fp32" (fp32 products, bf16 rounding
    * where the math contract rounds) and "tf32-chunked" (the chunk's products
-   * with tf32 operands over 32-token chunks, as kernels/gdn_chunked.cu). Called
+   * with tf32 operands over 32-token chunks, as kernels/gdn_chunked.cu) and
+   * "tf32-split" (the same in the context-parallel order of kernels/gdn_split.cu). Called
    * after set_option. An unknown name is refused by the harness. */
   pb_status (*precision)(void* ctx, const pb_layer_shape* shape, const char* kernel, char* buf,
                          size_t buf_len);

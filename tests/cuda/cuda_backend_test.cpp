@@ -19,6 +19,7 @@
 
 #include "lib/backend.h"
 #include "lib/batch.h"
+#include "reference/reference.h"
 #include "lib/fault_exposure.h"
 #include "lib/run.h"
 #include "lib/scenario.h"
@@ -72,9 +73,10 @@ void print_checks(const pb::RunResult& r) {
     std::printf("    L%d %-10s median %.4f ms (%d samples)\n", t.layer, t.kernel.c_str(), t.median_ms, t.samples);
 }
 
-pb::RunResult run(const pb::Scenario& s, pb::FaultSet inject, int repeat = 2) {
+pb::RunResult run(const pb::Scenario& s, pb::FaultSet inject, int repeat = 2, const std::string& impl = "") {
   pb::RunOptions opt;
   opt.backend = "cuda";
+  opt.impl = impl;
   opt.inject = inject;
   opt.warmup = 0;
   opt.repeat = repeat;  // two runs by default: the determinism check compares them
@@ -93,9 +95,10 @@ void expect_clean(const pb::Scenario& s) {
 // its limit modelled, and the printed max_abs / lowp over the gdn figures tells
 // how well that lp predicts the kernel (expected: median about 1, worst well
 // under the factor 2; a median far from 1 means reference/gdn_chunked_lp.cpp no
-// longer reproduces the kernel's roundings).
-void expect_gdn_precision_named(const pb::Scenario& s) {
-  const pb::RunResult r = run(s, {});
+// longer reproduces the kernel's roundings). `impl`: an --impl selection, whose
+// precision every gdn figure must then name (`expected`).
+void expect_gdn_precision_named(const pb::Scenario& s, const std::string& impl = "", const char* expected = nullptr) {
+  const pb::RunResult r = run(s, {}, 2, impl);
   const pb::CheckResult* c = r.check("numeric");
   std::vector<double> ratios;
   std::string precision;
@@ -110,9 +113,10 @@ void expect_gdn_precision_named(const pb::Scenario& s) {
   std::sort(ratios.begin(), ratios.end());
   const double median = ratios.empty() ? 0 : ratios[ratios.size() / 2];
   const double worst = ratios.empty() ? 0 : ratios.back();
-  const bool ok = r.passed() && !ratios.empty() && unnamed == 0;
-  std::printf("%s %s: gdn limit modelled on '%s'; max_abs / lowp over %zu gdn figures: median %.3f, worst %.3f\n",
-              ok ? "ok  " : "FAIL", s.name.c_str(), precision.c_str(), ratios.size(), median, worst);
+  const bool ok = r.passed() && !ratios.empty() && unnamed == 0 && (!expected || precision == expected);
+  std::printf("%s %s%s%s: gdn limit modelled on '%s'; max_abs / lowp over %zu gdn figures: median %.3f, worst %.3f\n",
+              ok ? "ok  " : "FAIL", s.name.c_str(), impl.empty() ? "" : " --impl ", impl.c_str(), precision.c_str(),
+              ratios.size(), median, worst);
   if (!ok) {
     print_checks(r);
     fail(s.name + ": gdn figures without a precision, or the run failed");
@@ -233,6 +237,9 @@ int main(int argc, char** argv) {
       for (const pb::Scenario& s : scenarios) expect_clean(s);
       for (const pb::Scenario& s : scenarios)
         if (s.name == "decode-heavy") expect_gdn_precision_named(s);
+      for (const pb::Scenario& s : scenarios)  // the context-parallel variant and its own lp
+        if (s.name == "decode-heavy" || s.name == "continuation-chunks")
+          expect_gdn_precision_named(s, "gdn=split", pb::gdn_precision_name(pb::GdnPrecision::tf32_split));
       expect_fault(scenarios, pb::Fault::causal_off_by_one);
       expect_fault(scenarios, pb::Fault::conv_state_bleed);
     }
