@@ -127,6 +127,19 @@ if [[ "$skip" != *" sanitizer "* ]]; then
   grep -E "^---|ERROR SUMMARY|RACECHECK SUMMARY|exit [0-9]+$|Invalid|Race" "$out/sanitizer.txt" | head -40
 fi
 
+# Cold (the default run above) against hot L2 on one scenario: both timings side by
+# side in gpu-tests.txt, and compare must refuse the pair (exit 2).
+if [[ "$skip" != *" scenarios "* ]] && [ -f "$work/json/mixed-lengths.json" ]; then
+  echo "== L2 hot vs cold (mixed-lengths) [$(elapsed)]"
+  timeout "$scn_timeout" "$B/prefill-bench" run "$B/scenarios/mixed-lengths.yaml" --backend cuda --no-color --l2 hot \
+    --json "$work/logs/mixed-lengths.hot.json" > "$work/logs/mixed-lengths.hot.txt" 2>&1
+  echo "l2 hot run exit $?" | tee -a "$out/gpu-tests.txt"
+  "$B/prefill-bench" compare "$work/json/mixed-lengths.json" "$work/logs/mixed-lengths.hot.json" --no-color \
+    > "$work/logs/compare-cold-hot.txt" 2>&1
+  echo "l2 compare cold vs hot exit $? (expected 2): $(tail -n 1 "$work/logs/compare-cold-hot.txt")" | tee -a "$out/gpu-tests.txt"
+  grep -h -E "^  timing:|THROTTLED" "$work/logs/mixed-lengths.txt" "$work/logs/mixed-lengths.hot.txt" | tee -a "$out/gpu-tests.txt"
+fi
+
 # The NVTX range tree as Nsight Compute sees it (nsys is absent there): every
 # kernel of the smoke scenario inside prefill-bench > scenario > layer > kernel,
 # each once (scripts/nvtx_tree.py; its parser is tested in ctest on a sample of
@@ -196,7 +209,13 @@ for rep in reports:
                 att_ms += t["median_ms"] or 0.0
         ks = " ".join(f"{k}={v:.4f}" for k, v in per.items())
         tf = f" attn {att_flops / (att_ms * 1e9):.1f} TFLOP/s" if att_ms > 0 else ""
-        print(f"{name:<26} {'PASS' if run['passed'] else 'FAIL':<6} {','.join(bad) or '-':<22} {ks}{tf}")
+        stops = {}
+        for t in run["timings"]:
+            stops[t.get("stop", "?")] = stops.get(t.get("stop", "?"), 0) + 1
+        clk = run.get("clocks", {}).get("after", {})
+        thr = ",".join(clk.get("throttle", [])) if clk.get("available") else "nvml n/a"
+        extra = f" l2={run.get('l2', '?')} stop={stops} throttle={thr or '-'}"
+        print(f"{name:<26} {'PASS' if run['passed'] else 'FAIL':<6} {','.join(bad) or '-':<22} {ks}{tf}{extra}")
 PY
   fi
   for name in "${!scn_rc[@]}"; do
@@ -204,7 +223,7 @@ PY
   done
   [ -f "$out/fault-matrix.txt" ] && sed -n '/^fault matrix/,$p' "$out/fault-matrix.txt"
   [ -f "$out/sanitizer.txt" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|exit [0-9]+$" "$out/sanitizer.txt"
-  [ -f "$out/gpu-tests.txt" ] && grep -E "^kernels-so |^nvtx_tree" "$out/gpu-tests.txt"
+  [ -f "$out/gpu-tests.txt" ] && grep -E "^kernels-so |^nvtx_tree|^l2 " "$out/gpu-tests.txt"
   [ -f "$out/gpu-tests.txt" ] && grep -E "^(PASSED|FAILED)|exit [0-9]+$|tests? (passed|failed)|PASSED \[|FAILED \[" "$out/gpu-tests.txt" | head -12
 } | tee "$out/summary.txt"
 rm -rf "$work"
