@@ -250,6 +250,14 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
         check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(), backend->read_arena(),
                             layer, checks[kCheckScratchGuard]);
     }
+    // The clocks right after each layer's timed runs (before the CPU reference lets
+    // the GPU idle): the last layer's, with the throttle reasons seen after any layer.
+    if (!host) {
+      ClockSnapshot now = read_gpu_clocks();
+      for (const std::string& t : res.clocks_after.throttle)
+        if (std::find(now.throttle.begin(), now.throttle.end(), t) == now.throttle.end()) now.throttle.push_back(t);
+      res.clocks_after = now;
+    }
     // The determinism rerun (untimed) asks the library for another order of the
     // same work, so a same-launch race shows every time.
     if (!opt.profile && determinism) {
@@ -288,7 +296,6 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       }
     }
   }
-  if (!host) res.clocks_after = read_gpu_clocks();
   for (const std::string& name : all_check_names()) res.checks.push_back(checks[name]);
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
