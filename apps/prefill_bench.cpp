@@ -131,8 +131,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, kMaxRefSample));
   run->add_option("--warmup", opt.warmup, "warm-up runs per layer (default: the scenario's)")
       ->check(CLI::Range(0, kMaxWarmup));
-  run->add_option("--repeat", opt.repeat, "timed runs per layer (default: the scenario's; host: 2)")
+  run->add_option("--repeat", opt.repeat, "exactly N timed runs per layer (default: the scenario's run.repeat, else the noise rule; host: 1)")
       ->check(CLI::Range(1, kMaxRepeat));
+  run->add_option_function<std::string>("--l2", [&](const std::string& v) { opt.l2_flush = v == "cold"; },
+                                        "cold: flush L2 before each timed kernel; hot: do not (default: the scenario's run.l2_flush, cold)")
+      ->check(CLI::IsMember({"cold", "hot"}));
   run->add_flag("--profile", opt.profile, "one warm iteration per layer, no checks (a clean timeline); verdict: not checked, exit 0");
   run->add_flag("--no-color", no_color, "no colour in the table");
   limit_flags.add(run);
@@ -179,8 +182,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, kMaxRefSample));
   sweep->add_option("--warmup", sw.run.warmup, "warm-up runs per layer (default: the scenario's)")
       ->check(CLI::Range(0, kMaxWarmup));
-  sweep->add_option("--repeat", sw.run.repeat, "timed runs per layer (default: the scenario's; host: 2)")
+  sweep->add_option("--repeat", sw.run.repeat, "exactly N timed runs per layer (default: the scenario's run.repeat, else the noise rule; host: 1)")
       ->check(CLI::Range(1, kMaxRepeat));
+  sweep->add_option_function<std::string>("--l2", [&](const std::string& v) { sw.run.l2_flush = v == "cold"; },
+                                          "cold or hot L2 for every point (default: the scenario's)")
+      ->check(CLI::IsMember({"cold", "hot"}));
   limit_flags.add(sweep);
   sweep->add_option("--summarize", summarize_dir, "only write DIR/summary.csv from a finished sweep in DIR (the CTest project's last test)");
 

@@ -73,6 +73,13 @@ class Backend {
   // goes to the library (0: its normal work order).
   std::vector<KernelTime> run_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs,
                                     uint32_t schedule = 0);
+  // Cold L2 (lib/timing.h): flush L2 before each timed entry of run_layer, outside
+  // its timing marks. Returns the bytes each flush writes (0: this memory has none,
+  // the run is then hot whatever was asked).
+  size_t set_l2_flush(bool on) {
+    l2_flush_ = on && memory_->l2_bytes() > 0;
+    return l2_flush_ ? 2 * memory_->l2_bytes() : 0;
+  }
   LayerOutputs read_layer(int layer);
   // The arithmetic the library declares for layer `layer`'s gdn kernel (its
   // `precision` entry), which the reference's lp reproduces so the numeric limit
@@ -104,6 +111,7 @@ class Backend {
   uint64_t scratch_ = 0, arena_ = 0;
   size_t scratch_bytes_ = 0, arena_bytes_ = 0;
   std::vector<LayerBuffers> layers_;
+  bool l2_flush_ = false;
 };
 
 // "auto" (cuda when a device is present), "cuda" or "host" memory with our

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "number_format.h"
 
@@ -154,6 +155,31 @@ KernelTiming read_timing(const DocReader& rd, const json& t, const std::string& 
   out.q3_ms = rd.real(t, w, "q3_ms");
   out.flops = rd.real(t, w, "flops");
   out.bytes = rd.real(t, w, "bytes");
+  if (t.contains("stop")) {  // reports before lib/timing have no stopping rule
+    out.rel_stdev = rd.real(t, w, "rel_stdev");
+    out.stop = rd.str(t, w, "stop");
+    out.noise_target = rd.real(t, w, "noise_target");
+  }
+  return out;
+}
+
+// One NVML snapshot of a report's clocks (absent in reports before lib/timing).
+ClockSnapshot read_clocks(const DocReader& rd, const json& c, const std::string& w) {
+  ClockSnapshot out;
+  out.available = rd.boolean(c, w, "available");
+  if (!out.available) {
+    out.unavailable_why = rd.str(c, w, "why");
+    return out;
+  }
+  out.sm_mhz = unsigned(rd.integer(c, w, "sm_mhz"));
+  out.sm_max_mhz = unsigned(rd.integer(c, w, "sm_max_mhz"));
+  out.mem_mhz = unsigned(rd.integer(c, w, "mem_mhz"));
+  out.mem_max_mhz = unsigned(rd.integer(c, w, "mem_max_mhz"));
+  out.temperature_c = unsigned(rd.integer(c, w, "temperature_c"));
+  for (const json& t : rd.array(c, w, "throttle")) {
+    if (!t.is_string()) rd.fail(w + ".throttle", "expected reason names (strings), found " + kind_of(t));
+    out.throttle.push_back(t.get<std::string>());
+  }
   return out;
 }
 
@@ -222,6 +248,16 @@ RunResult read_run(const DocReader& rd, const json& r, const std::string& w) {
   for (size_t i = 0; i < checks.size(); ++i) out.checks.push_back(read_check(rd, checks[i], at(w + ".checks", i)));
   const json& timings = rd.array(r, w, "timings");
   for (size_t i = 0; i < timings.size(); ++i) out.timings.push_back(read_timing(rd, timings[i], at(w + ".timings", i)));
+  out.l2.clear();  // "" = not recorded (a report before lib/timing)
+  if (r.contains("l2")) {
+    out.l2 = rd.str(r, w, "l2");
+    if (out.l2 != "cold" && out.l2 != "hot") rd.fail(w + ".l2", "expected \"cold\" or \"hot\", found '" + out.l2 + "'");
+  }
+  if (r.contains("clocks")) {
+    const json& c = rd.field(r, w, "clocks");
+    out.clocks_before = read_clocks(rd, rd.field(c, w + ".clocks", "before"), w + ".clocks.before");
+    out.clocks_after = read_clocks(rd, rd.field(c, w + ".clocks", "after"), w + ".clocks.after");
+  }
   out.wall_s = rd.real(r, w, "wall_s");
   out.error = rd.str(r, w, "error");
   return out;
@@ -414,6 +450,22 @@ std::vector<std::string> differences(const RunResult& b, const RunResult& n) {
   if (b.ref_sample != n.ref_sample)
     notes.push_back(fmt::format("reference sampling differs ({} vs {} rows; 0 = full)", b.ref_sample,
                                 n.ref_sample));
+  // Clocks (NVML): a different SM clock ceiling or a start more than 5% apart, and
+  // throttling seen on either side, make the time deltas suspect.
+  const ClockSnapshot &cb = b.clocks_before, &cn = n.clocks_before;
+  if (cb.available && cn.available &&
+      (cb.sm_max_mhz != cn.sm_max_mhz || cb.mem_max_mhz != cn.mem_max_mhz ||
+       std::fabs(double(cb.sm_mhz) - double(cn.sm_mhz)) > 0.05 * std::max(cb.sm_mhz, cn.sm_mhz)))
+    notes.push_back(fmt::format("clocks differ (BASE {}, NEW {}): the time deltas compare different clocks",
+                                clocks_line(cb), clocks_line(cn)));
+  for (const auto& [side, r] : {std::pair<const char*, const RunResult*>{"BASE", &b}, {"NEW", &n}}) {
+    std::vector<std::string> seen = r->clocks_before.throttle;
+    for (const std::string& t : r->clocks_after.throttle)
+      if (std::find(seen.begin(), seen.end(), t) == seen.end()) seen.push_back(t);
+    if (!seen.empty())
+      notes.push_back(fmt::format("{} was throttled around its timed runs ({}): its times may be slow",
+                                  side, fmt::join(seen, ", ")));
+  }
   return notes;
 }
 
@@ -786,6 +838,14 @@ CompareResult compare_reports(const LoadedReport& base, const LoadedReport& next
       throw InputError(fmt::format("{} and {} have no scenario in common (matched by name and backend): nothing "
                                    "to compare", base.path, next.path));
   }
+  // A cold-L2 time and a hot one measure different things: refused, not judged.
+  for (const RunResult& b : base.runs)
+    for (const RunResult& n : next.runs)
+      if (b.scenario_name == n.scenario_name && b.backend == n.backend && !b.l2.empty() && !n.l2.empty() &&
+          b.l2 != n.l2)
+        throw InputError(fmt::format("{} timed {} on {} with {} L2, {} with {} L2: cold and hot times are not "
+                                     "compared (run both with the same --l2 or run.l2_flush)", base.path,
+                                     b.scenario_name, b.backend, b.l2, next.path, n.l2));
   CompareResult res;
   res.base_path = base.path;
   res.new_path = next.path;

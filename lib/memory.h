@@ -43,6 +43,13 @@ class Memory {
   static constexpr int kMarkers = 16;
   virtual void mark(int i) = 0;
   virtual double elapsed_ms(int from, int to) = 0;
+
+  // The cold-L2 primitive: the device's L2 size in bytes (0 where nothing is
+  // flushed: the host backend, see docs/DESIGN.md "Timing"), and a write of twice
+  // that many bytes enqueued on stream() (outside any timing marks) that leaves
+  // none of the harness's or the library's data in L2.
+  virtual size_t l2_bytes() const { return 0; }
+  virtual void flush_l2() {}
 };
 
 std::unique_ptr<Memory> make_host_memory();

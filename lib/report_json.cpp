@@ -105,10 +105,38 @@ json timing_json(const KernelTiming& t) {
           {"max_ms", real(t.max_ms)},
           {"q1_ms", real(t.q1_ms)},
           {"q3_ms", real(t.q3_ms)},
+          {"rel_stdev", real(t.rel_stdev)},
+          {"stop", t.stop},
+          {"noise_target", real(t.noise_target)},
           {"flops", real(t.flops)},
           {"bytes", real(t.bytes)},
           {"tflops", real(t.tflops())},
           {"gbps", real(t.gbps())}};
+}
+
+json policy_json(const TimingPolicy& p) {
+  json j = {{"warmup", p.warmup},
+            {"rule", p.fixed ? "fixed" : "noise"},
+            {"l2_flush", p.l2_flush},
+            {"noise", {{"target", real(p.noise.target)},
+                       {"min_samples", p.noise.min_samples},
+                       {"max_time_s", real(p.noise.max_time_s)}}}};
+  j["fixed_samples"] = p.fixed ? json(*p.fixed) : json(nullptr);
+  j["fixed_why"] = p.fixed ? json(p.fixed_why) : json(nullptr);
+  return j;
+}
+
+json clocks_json(const ClockSnapshot& c) {
+  if (!c.available) return {{"available", false}, {"why", c.unavailable_why}};
+  return {{"available", true},
+          {"sm_mhz", c.sm_mhz},
+          {"sm_max_mhz", c.sm_max_mhz},
+          {"mem_mhz", c.mem_mhz},
+          {"mem_max_mhz", c.mem_max_mhz},
+          {"temperature_c", c.temperature_c},
+          {"power_w", real(c.power_w)},
+          {"throttle_bits", c.throttle_bits},
+          {"throttle", c.throttle}};
 }
 
 json kernels_json(const KernelLibraryInfo& k) {
@@ -143,6 +171,10 @@ json run_json(const RunResult& r) {
           {"streams", streams_json(r.streams)},
           {"checks", checks},
           {"timings", timings},
+          {"l2", r.l2},
+          {"l2_flush_bytes", r.l2_flush_bytes},
+          {"timing_policy", policy_json(r.timing)},
+          {"clocks", {{"before", clocks_json(r.clocks_before)}, {"after", clocks_json(r.clocks_after)}}},
           {"wall_s", real(r.wall_s)},
           {"error", r.error},
           {"verdict", verdict_name(verdict(r))},

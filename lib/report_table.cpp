@@ -501,6 +501,36 @@ std::vector<TimingRow> timing_rows(const RunResult& r, bool per_layer) {
   return rows;
 }
 
+std::string join_names(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// "timing: L2 cold, noise rule (target 0.5%): worst spread 1.2% (L1 gdn), stop: 3 target, 1 budget"
+std::string timing_line(const RunResult& r) {
+  const TimingPolicy& p = r.timing;
+  std::string s = fmt::format("timing: L2 {}", r.l2);
+  if (p.l2_flush && r.l2 == "hot") s += " (no flush on this backend)";
+  if (p.fixed) s += fmt::format(", fixed {} sample{} ({})", *p.fixed, *p.fixed == 1 ? "" : "s", p.fixed_why);
+  else s += fmt::format(", noise rule (target {:.2g}%, min {} samples, {:.3g} s a layer)", 100 * p.noise.target,
+                        p.noise.min_samples, p.noise.max_time_s);
+  const KernelTiming* worst = nullptr;
+  std::map<std::string, int> stops;
+  for (const KernelTiming& t : r.timings) {
+    if (!worst || t.rel_stdev > worst->rel_stdev) worst = &t;
+    ++stops[t.stop];
+  }
+  if (worst && worst->samples > 1)
+    s += fmt::format("; worst spread {:.2f}% (L{} {})", 100 * worst->rel_stdev, worst->layer, worst->kernel);
+  if (!p.fixed && !stops.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [why, n] : stops) parts.push_back(fmt::format("{} {}", n, why));
+    s += "; stop: " + join_names(parts);
+  }
+  return s;
+}
+
 void timings(std::string& out, const RunResult& r) {
   if (r.timings.empty()) {
     out += "  timings: none\n";
@@ -549,6 +579,16 @@ void timings(std::string& out, const RunResult& r) {
     wrapped(out, "  ", 2,
             "* gdn FLOPs are the common 4*T*H*d^2 (docs/DESIGN.md \"Counting work\"), which leaves "
             "out the intra-chunk terms",
+            4);
+  wrapped(out, "  ", 2, timing_line(r), 4);
+  // Throttling seen by NVML before or after the timed runs: the times may be slow.
+  std::vector<std::string> throttled = r.clocks_before.throttle;
+  for (const std::string& t : r.clocks_after.throttle)
+    if (std::find(throttled.begin(), throttled.end(), t) == throttled.end()) throttled.push_back(t);
+  if (!throttled.empty())
+    wrapped(out, "  ", 2,
+            fmt::format("THROTTLED around the timed runs: {}; before: {}; after: {}", join_names(throttled),
+                        clocks_line(r.clocks_before), clocks_line(r.clocks_after)),
             4);
 }
 

@@ -50,22 +50,6 @@ std::unique_ptr<Backend> make_configured_backend(const RunOptions& opt, FaultSet
   return backend;
 }
 
-KernelTiming summarise(int layer, const std::string& kernel, std::vector<double> ms) {
-  KernelTiming t;
-  t.layer = layer;
-  t.kernel = kernel;
-  t.samples = static_cast<int>(ms.size());
-  if (ms.empty()) return t;
-  std::sort(ms.begin(), ms.end());
-  auto q = [&](double f) { return ms[static_cast<size_t>(f * (ms.size() - 1) + 0.5)]; };
-  t.min_ms = ms.front();
-  t.max_ms = ms.back();
-  t.median_ms = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
-  t.q1_ms = q(0.25);
-  t.q3_ms = q(0.75);
-  return t;
-}
-
 // Progress lines on stderr, only when it is a terminal and only once the
 // scenario has taken more than a second (short runs stay quiet).
 class Progress {
@@ -207,16 +191,16 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   }
 
   const bool host = res.backend == "host";
-  const int warmup = opt.profile ? 1 : std::max(0, opt.warmup.value_or(s.warmup));
-  int repeat = opt.profile ? 1 : std::max(1, opt.repeat.value_or(s.repeat));
-  // The host clock on a shared CPU is no timing signal: one timed run by default.
-  if (host && !opt.repeat) repeat = 1;
-  const int host_warmup = host && !opt.warmup ? 0 : warmup;
-  // The timed runs all use the library's normal work order; determinism adds one
-  // untimed run after them in another order (schedule 1), so --repeat N gives N
-  // samples and the check never silently drops out.
-  const int timed_end = host_warmup + repeat;
-  const int runs = timed_end + (on(kCheckDeterminism) ? 1 : 0);
+  // The timing policy is lib/timing's; the timed runs all use the library's normal
+  // work order; determinism adds one untimed run after them in another order
+  // (schedule 1), so --repeat N gives N samples and the check never drops out.
+  res.timing = resolve_timing(s.warmup, s.repeat, s.noise, s.l2_flush, opt.warmup, opt.repeat, opt.l2_flush,
+                              opt.profile, host);
+  res.l2_flush_bytes = backend->set_l2_flush(res.timing.l2_flush);
+  res.l2 = res.l2_flush_bytes ? "cold" : "hot";
+  const bool determinism = on(kCheckDeterminism);
+  if (!host) res.clocks_before = read_gpu_clocks();
+  else res.clocks_before.unavailable_why = res.clocks_after.unavailable_why = "not read on the host backend";
 
   // What the kernels are given: the staged metadata, or under mrope-section-swap
   // the H and W positions arrays exchanged (a kernel reading the wrong section's).
@@ -247,33 +231,41 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       ptrs = make_h_state_ptrs(own, faults);
       std::memcpy(expected_scratch.data() + true_h, own.data(), 8 * own.size());
     }
-    std::map<std::string, std::vector<double>> times;
     LayerOutputs first;
-    for (int rep = 0; rep < runs; ++rep) {
-      progress.say(fmt::format("layer {}/{} run {}/{}", layer + 1, s.layers.size(), rep + 1, runs));
+    SampleLoop loop(res.timing);
+    int rep = 0;
+    auto run_once = [&](uint32_t schedule) {
       backend->reset_layer(layer);
       if (!attn) backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
-      // The determinism rerun (the last, untimed run) asks the library for another
-      // order of the same work, so a same-launch race shows every time.
-      const bool rerun = rep == timed_end && on(kCheckDeterminism);
-      const std::vector<KernelTime> kt =
-          backend->run_layer(layer, kernel_meta, backend->scratch_base() + img.plan.h_state_ptrs, rerun ? 1u : 0u);
-      if (rep >= host_warmup && rep < timed_end)
-        for (const KernelTime& k : kt) times[k.kernel].push_back(k.ms);
-      if (opt.profile) continue;
-      if (rep == 0) {
-        first = backend->read_layer(layer);
-        res.output_checksums.push_back(fmt::format("{:016x}", outputs_checksum(first)));
-        if (on(kCheckScratchGuard))
-          check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(),
-                              backend->read_arena(), layer, checks[kCheckScratchGuard]);
-      } else if (rep == runs - 1 && on(kCheckDeterminism)) {
-        check_determinism(layer, first, backend->read_layer(layer), checks[kCheckDeterminism]);
-      }
+      return backend->run_layer(layer, kernel_meta, backend->scratch_base() + img.plan.h_state_ptrs, schedule);
+    };
+    for (; loop.more(); ++rep) {
+      progress.say(fmt::format("layer {}/{} run {}{}", layer + 1, s.layers.size(), rep + 1,
+                               loop.warming() ? " (warm-up)" : ""));
+      loop.record(run_once(0));
+      if (opt.profile || rep != 0) continue;
+      first = backend->read_layer(layer);
+      res.output_checksums.push_back(fmt::format("{:016x}", outputs_checksum(first)));
+      if (on(kCheckScratchGuard))
+        check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(), backend->read_arena(),
+                            layer, checks[kCheckScratchGuard]);
     }
-    for (auto& [kernel, ms] : times) {
-      KernelTiming t = summarise(layer, kernel, ms);
-      const WorkCount w = count_work(kernel, batch, shape);
+    // The clocks right after each layer's timed runs (before the CPU reference lets
+    // the GPU idle): the last layer's, with the throttle reasons seen after any layer.
+    if (!host) {
+      ClockSnapshot now = read_gpu_clocks();
+      for (const std::string& t : res.clocks_after.throttle)
+        if (std::find(now.throttle.begin(), now.throttle.end(), t) == now.throttle.end()) now.throttle.push_back(t);
+      res.clocks_after = now;
+    }
+    // The determinism rerun (untimed) asks the library for another order of the
+    // same work, so a same-launch race shows every time.
+    if (!opt.profile && determinism) {
+      run_once(1);
+      check_determinism(layer, first, backend->read_layer(layer), checks[kCheckDeterminism]);
+    }
+    for (KernelTiming& t : loop.summaries(layer)) {
+      const WorkCount w = count_work(t.kernel, batch, shape);
       t.flops = w.flops;
       t.bytes = w.bytes;
       res.timings.push_back(t);

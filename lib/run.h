@@ -9,8 +9,10 @@
 #include "backend.h"
 #include "check_result.h"
 #include "faults.h"
+#include "gpu_clocks.h"
 #include "resource_estimate.h"
 #include "scenario.h"
+#include "timing.h"
 
 namespace pb {
 
@@ -20,22 +22,10 @@ struct RunOptions {
   std::string impl;              // --impl kernel=variant[,kernel=variant]: set_option for each
   FaultSet inject;               // added to the scenario's own faults
   std::optional<int> ref_sample;         // unset: the scenario's
-  std::optional<int> warmup, repeat;     // unset: the scenario's (the host backend caps repeat at 2)
+  std::optional<int> warmup, repeat;     // unset: the scenario's (lib/timing.h; --repeat N: exactly N)
+  std::optional<bool> l2_flush;          // --l2 cold|hot; unset: the scenario's run.l2_flush
   bool progress = false;         // progress lines on stderr
   bool profile = false;          // one warm iteration, no checks (a clean timeline)
-};
-
-// Timing of one kernel of one layer over the repeats (CUDA events on cuda,
-// the host clock on host).
-struct KernelTiming {
-  int layer = 0;
-  std::string kernel;
-  int samples = 0;
-  double median_ms = 0, min_ms = 0, max_ms = 0, q1_ms = 0, q3_ms = 0;
-  double flops = 0;  // counted as docs/DESIGN.md "Counting work"
-  double bytes = 0;  // the fewest bytes the kernel must move
-  double tflops() const { return median_ms > 0 ? flops / (median_ms * 1e9) : 0; }
-  double gbps() const { return median_ms > 0 ? bytes / (median_ms * 1e6) : 0; }
 };
 
 struct StreamSummary {
@@ -66,6 +56,13 @@ struct RunResult {
   int ref_sample = 0;              // 0: full reference
   std::vector<CheckResult> checks;
   std::vector<KernelTiming> timings;
+  // How the kernels were timed (lib/timing.h): the policy, the L2 mode actually
+  // used ("cold" only where the memory flushes L2; the host backend is "hot"), and
+  // GPU 0's clocks before and after the timed runs (not read on host).
+  TimingPolicy timing;
+  std::string l2 = "hot";
+  uint64_t l2_flush_bytes = 0;
+  ClockSnapshot clocks_before, clocks_after;
   double wall_s = 0;
   // Set when the run stopped on an error before its checks ended (an internal
   // error, out of memory): the verdict is then "error" (verdict.h).

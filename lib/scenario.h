@@ -10,6 +10,7 @@
 
 #include "faults.h"
 #include "input_error.h"
+#include "timing.h"
 
 namespace pb {
 
@@ -99,7 +100,9 @@ struct Scenario {
   std::vector<LayerKind> layers;  // pattern x repeat, expanded
   std::vector<StreamSource> streams;
   int warmup = 2;
-  int repeat = 10;
+  std::optional<int> repeat;  // run.repeat: exactly this many timed samples; unset: the noise rule
+  NoiseRule noise;            // run.noise (lib/timing.h)
+  bool l2_flush = true;       // run.l2_flush: cold L2 (flushed before each timed entry)
   Tolerance tol_bf16;
   int64_t kv_num_blocks = 0;       // 0: enough for the batch plus spare blocks
   int64_t scratch_capacity = 0;    // bytes; 0: what the layout needs plus guards

@@ -631,9 +631,16 @@ void Reader::read_streams(const YAML::Node& v, Mark mark) {
 }
 
 void Reader::read_run(const YAML::Node& v, Mark mark) {
-  const MapView m = map(v, "run", mark, {"warmup", "repeat"});
+  const MapView m = map(v, "run", mark, {"warmup", "repeat", "l2_flush", "noise"});
   s_.warmup = int(int_or(m, "warmup", 0, 100000, 2));
-  s_.repeat = int(int_or(m, "repeat", 1, 100000, 10));
+  if (m.has("repeat")) s_.repeat = int(int_at(m, "repeat", 1, 100000));
+  s_.l2_flush = bool_or(m, "l2_flush", true);
+  if (const auto* e = m.find("noise")) {
+    const MapView n = map(e->first, "run.noise", e->second, {"target", "min_samples", "max_time_s"});
+    guard([&] { s_.noise.target = num_or(n, "target", 0, true, s_.noise.target); });
+    guard([&] { s_.noise.min_samples = int(int_or(n, "min_samples", 1, 100000, s_.noise.min_samples)); });
+    guard([&] { s_.noise.max_time_s = num_or(n, "max_time_s", 0, true, s_.noise.max_time_s); });
+  }
 }
 
 void Reader::read_checks(const YAML::Node& v, Mark mark) {

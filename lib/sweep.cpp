@@ -401,7 +401,14 @@ std::string scenario_yaml(const Scenario& s, const std::vector<std::string>& com
     if (src.generate) y += "  - " + generator_yaml(*src.generate) + "\n";
     else if (src.stream) y += "  - " + stream_yaml(*src.stream) + "\n";
   }
-  y += fmt::format("run: {{warmup: {}, repeat: {}}}\n", s.warmup, s.repeat);
+  y += fmt::format("run: {{warmup: {}", s.warmup);
+  if (s.repeat) y += fmt::format(", repeat: {}", *s.repeat);
+  if (!s.l2_flush) y += ", l2_flush: false";
+  const NoiseRule dflt;
+  if (s.noise.target != dflt.target || s.noise.min_samples != dflt.min_samples || s.noise.max_time_s != dflt.max_time_s)
+    y += ", noise: {target: " + yaml_number(s.noise.target) + fmt::format(", min_samples: {}", s.noise.min_samples) +
+         ", max_time_s: " + yaml_number(s.noise.max_time_s) + "}";
+  y += "}\n";
   y += "tolerances:\n  bf16: {factor: " + yaml_number(s.tol_bf16.factor) + ", atol: " + yaml_number(s.tol_bf16.atol) +
        "}\n";
   if (s.kv_num_blocks) y += fmt::format("kv_cache: {{num_blocks: {}}}\n", s.kv_num_blocks);
@@ -518,6 +525,7 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
     run_args.insert(run_args.end(), {"--backend", backend, "--no-color"});
     if (opt.run.warmup) run_args.insert(run_args.end(), {"--warmup", std::to_string(*opt.run.warmup)});
     if (opt.run.repeat) run_args.insert(run_args.end(), {"--repeat", std::to_string(*opt.run.repeat)});
+    if (opt.run.l2_flush) run_args.insert(run_args.end(), {"--l2", *opt.run.l2_flush ? "cold" : "hot"});
     if (opt.run.ref_sample) run_args.insert(run_args.end(), {"--ref-sample", std::to_string(*opt.run.ref_sample)});
     if (!opt.run.kernels.empty())
       run_args.insert(run_args.end(), {"--kernels", fs::absolute(opt.run.kernels).lexically_normal().string()});

@@ -35,6 +35,7 @@ for t in $bench_targets; do cp "$build/$t" "$bundle/"; done
 cp "$root"/scenarios/*.yaml "$bundle/scenarios/"
 cp "$root"/tests/cuda/*.yaml "$bundle/tests/"
 cp "$root/scripts/device-check.sh" "$bundle/"
+mkdir -p "$bundle/scripts" && cp "$root/scripts/nvtx_tree.py" "$bundle/scripts/"  # device-check's NVTX tree assertion
 
 # Run-time dependencies, checked on each binary's own NEEDED entries: glibc's
 # libraries only, or libbenchmark.so.1debian carried beside it and found through

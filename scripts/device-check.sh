@@ -14,7 +14,7 @@
 # ncu.txt (PB_NCU=1: Nsight Compute speed of light of the big shapes).
 # With bundle/libpb_kernels_cuda.so, every scenario runs again through --kernels
 # and its outputs are compared bit for bit with the built-in run (gpu-tests.txt).
-# Knobs: PB_BUNDLE (bundle dir), PB_SKIP (words: scenarios kernels faults sanitizer tests),
+# Knobs: PB_BUNDLE (bundle dir), PB_SKIP (words: scenarios kernels faults sanitizer tests nvtx),
 # PB_SCENARIO_TIMEOUT / PB_PHASE_TIMEOUT (seconds).
 set -uo pipefail
 B="${PB_BUNDLE:-$PWD/bundle}"
@@ -127,6 +127,37 @@ if [[ "$skip" != *" sanitizer "* ]]; then
   grep -E "^---|ERROR SUMMARY|RACECHECK SUMMARY|exit [0-9]+$|Invalid|Race" "$out/sanitizer.txt" | head -40
 fi
 
+# Cold (the default run above) against hot L2 on one scenario: both timings side by
+# side in gpu-tests.txt, and compare must refuse the pair (exit 2).
+if [[ "$skip" != *" scenarios "* ]] && [ -f "$work/json/mixed-lengths.json" ]; then
+  echo "== L2 hot vs cold (mixed-lengths) [$(elapsed)]"
+  timeout "$scn_timeout" "$B/prefill-bench" run "$B/scenarios/mixed-lengths.yaml" --backend cuda --no-color --l2 hot \
+    --json "$work/logs/mixed-lengths.hot.json" > "$work/logs/mixed-lengths.hot.txt" 2>&1
+  echo "l2 hot run exit $?" | tee -a "$out/gpu-tests.txt"
+  "$B/prefill-bench" compare "$work/json/mixed-lengths.json" "$work/logs/mixed-lengths.hot.json" --no-color \
+    > "$work/logs/compare-cold-hot.txt" 2>&1
+  echo "l2 compare cold vs hot exit $? (expected 2): $(tail -n 1 "$work/logs/compare-cold-hot.txt")" | tee -a "$out/gpu-tests.txt"
+  grep -h -E "^  timing:|THROTTLED" "$work/logs/mixed-lengths.txt" "$work/logs/mixed-lengths.hot.txt" | tee -a "$out/gpu-tests.txt"
+fi
+
+# The NVTX range tree as Nsight Compute sees it (nsys is absent there): every
+# kernel of the smoke scenario inside prefill-bench > scenario > layer > kernel,
+# each once (scripts/nvtx_tree.py; its parser is tested in ctest on a sample of
+# ncu's format). Hot L2, so no flush runs between the ranges. The raw ncu output
+# goes to logs.tar.gz (logs/ncu-nvtx.txt), the verdict to gpu-tests.txt.
+if [[ "$skip" != *" nvtx "* ]] && command -v ncu >/dev/null; then
+  echo "== NVTX tree under ncu --nvtx [$(elapsed)]"
+  timeout "$phase_timeout" ncu --nvtx --section LaunchStats \
+    "$B/prefill-bench" run "$B/scenarios/smoke.yaml" --backend cuda --no-color --profile --l2 hot \
+    > "$work/logs/ncu-nvtx.txt" 2>&1
+  echo "ncu --nvtx exit $?" >> "$work/logs/ncu-nvtx.txt"
+  checker="$PWD/scripts/nvtx_tree.py"
+  [ -f "$checker" ] || checker="$B/scripts/nvtx_tree.py"
+  python3 "$checker" "$work/logs/ncu-nvtx.txt" 2>&1 | tee -a "$out/gpu-tests.txt"
+  echo "nvtx_tree exit ${PIPESTATUS[0]}" | tee -a "$out/gpu-tests.txt"
+  grep -m 12 -E "NVTX|<[0-9]+," "$work/logs/ncu-nvtx.txt"
+fi
+
 if [[ "$skip" != *" faults "* ]]; then
   echo "== fault matrix (cuda backend) [$(elapsed)]"
   timeout "$phase_timeout" "$B/cuda_backend_test" --fault-matrix "$B"/scenarios/*.yaml > "$out/fault-matrix.txt" 2>&1
@@ -178,7 +209,13 @@ for rep in reports:
                 att_ms += t["median_ms"] or 0.0
         ks = " ".join(f"{k}={v:.4f}" for k, v in per.items())
         tf = f" attn {att_flops / (att_ms * 1e9):.1f} TFLOP/s" if att_ms > 0 else ""
-        print(f"{name:<26} {'PASS' if run['passed'] else 'FAIL':<6} {','.join(bad) or '-':<22} {ks}{tf}")
+        stops = {}
+        for t in run["timings"]:
+            stops[t.get("stop", "?")] = stops.get(t.get("stop", "?"), 0) + 1
+        clk = run.get("clocks", {}).get("after", {})
+        thr = ",".join(clk.get("throttle", [])) if clk.get("available") else "nvml n/a"
+        extra = f" l2={run.get('l2', '?')} stop={stops} throttle={thr or '-'}"
+        print(f"{name:<26} {'PASS' if run['passed'] else 'FAIL':<6} {','.join(bad) or '-':<22} {ks}{tf}{extra}")
 PY
   fi
   for name in "${!scn_rc[@]}"; do
@@ -186,7 +223,7 @@ PY
   done
   [ -f "$out/fault-matrix.txt" ] && sed -n '/^fault matrix/,$p' "$out/fault-matrix.txt"
   [ -f "$out/sanitizer.txt" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|exit [0-9]+$" "$out/sanitizer.txt"
-  [ -f "$out/gpu-tests.txt" ] && grep -E "^kernels-so " "$out/gpu-tests.txt"
+  [ -f "$out/gpu-tests.txt" ] && grep -E "^kernels-so |^nvtx_tree|^l2 " "$out/gpu-tests.txt"
   [ -f "$out/gpu-tests.txt" ] && grep -E "^(PASSED|FAILED)|exit [0-9]+$|tests? (passed|failed)|PASSED \[|FAILED \[" "$out/gpu-tests.txt" | head -12
 } | tee "$out/summary.txt"
 rm -rf "$work"

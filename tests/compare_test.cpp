@@ -570,5 +570,61 @@ TEST(Compare, CliExitCodes) {
   for (const std::string& f : {base, slow, out, bad}) std::remove(f.c_str());
 }
 
+// Cold L2 against hot for the same scenario measures two different things:
+// refused (InputError, exit 2), naming both modes; the same mode on both sides,
+// or a report from before the field (no "l2"), is compared as usual.
+TEST(Compare, RefusesColdAgainstHot) {
+  RunResult cold = run(), hot = run();
+  cold.l2 = "cold";
+  hot.l2 = "hot";
+  try {
+    compare({cold}, {hot});
+    ADD_FAILURE() << "cold vs hot was compared";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(contains(e.what(), "BASE.json timed smoke on cuda with cold L2, NEW.json with hot L2")) << e.what();
+  }
+  EXPECT_FALSE(compare({cold}, {cold}).regressed());
+  EXPECT_FALSE(compare({hot}, {hot}).regressed());
+  // Another scenario in hot beside a cold one: only the same scenario is refused.
+  RunResult other = run("other");
+  other.l2 = "hot";
+  EXPECT_NO_THROW(compare({cold, other}, {cold}));
+  nlohmann::json old_doc = report_json({hot});
+  old_doc["runs"][0].erase("l2");
+  EXPECT_NO_THROW(compare_reports(parse_report(old_doc, "OLD.json"), loaded({cold}, "NEW.json"), {}));
+
+  const std::string cli = PB_CLI_PATH;
+  const std::string a = temp_path("cold.json"), b = temp_path("hot.json");
+  write_json(a, report_json({cold}));
+  write_json(b, report_json({hot}));
+  std::string text;
+  EXPECT_EQ(run_command(fmt::format("'{}' compare '{}' '{}' --no-color", cli, a, b), &text), 2) << text;
+  EXPECT_TRUE(contains(text, "cold and hot times are not compared")) << text;
+  for (const std::string& f : {a, b}) std::remove(f.c_str());
+}
+
+// NVML's clocks: a different SM clock and throttling on either side are noted
+// (the time deltas are suspect), never gated; unavailable NVML notes nothing.
+TEST(Compare, NotesClocksAndThrottling) {
+  RunResult b = run(), n = run();
+  for (RunResult* r : {&b, &n}) {
+    r->clocks_before.available = r->clocks_after.available = true;
+    r->clocks_before.sm_mhz = r->clocks_before.sm_max_mhz = 1980;
+    r->clocks_before.mem_mhz = r->clocks_before.mem_max_mhz = 3201;
+    r->clocks_after = r->clocks_before;
+  }
+  EXPECT_TRUE(compare({b}, {n}).scenarios[0].notes.empty());
+  n.clocks_before.sm_mhz = 1500;
+  n.clocks_after.throttle = {"sw_power_cap"};
+  const std::vector<std::string> notes = compare({b}, {n}).scenarios[0].notes;
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_TRUE(contains(notes[0], "clocks differ (BASE sm 1980/1980 MHz")) << notes[0];
+  EXPECT_TRUE(contains(notes[1], "NEW was throttled around its timed runs (sw_power_cap)")) << notes[1];
+  EXPECT_FALSE(compare({b}, {n}).regressed());
+  RunResult u = run();
+  u.clocks_before.unavailable_why = "libnvidia-ml.so.1: cannot open shared object file";
+  EXPECT_TRUE(compare({u}, {u}).scenarios[0].notes.empty());
+}
+
 }  // namespace
 }  // namespace pb

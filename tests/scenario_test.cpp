@@ -83,7 +83,8 @@ TEST(ScenarioFiles, EveryShippedScenarioLoads) {
     EXPECT_TRUE(seeds.insert(s.seed).second) << "seed " << s.seed << " used twice";
     EXPECT_TRUE(names.insert(s.name).second) << "name " << s.name << " used twice";
     EXPECT_EQ(s.warmup, 2);
-    EXPECT_EQ(s.repeat, 10);
+    EXPECT_FALSE(s.repeat.has_value()) << "a shipped scenario is timed by the noise rule, not a fixed count";
+    EXPECT_TRUE(s.l2_flush);
     EXPECT_TRUE(s.faults.empty()) << "a shipped scenario must pass: it may not inject faults";
     const bool attn = std::count(s.layers.begin(), s.layers.end(), LayerKind::attn) > 0;
     const bool gdn = std::count(s.layers.begin(), s.layers.end(), LayerKind::gdn) > 0;
@@ -141,7 +142,11 @@ TEST(ScenarioParse, BaseAndDefaults) {
   EXPECT_EQ(s.streams[2].generate->dist, StreamDist::uniform);
   EXPECT_EQ(s.streams[2].mark.line, 13);
   EXPECT_EQ(s.warmup, 2);
-  EXPECT_EQ(s.repeat, 10);
+  EXPECT_FALSE(s.repeat.has_value());  // unset: the noise rule (lib/timing.h)
+  EXPECT_TRUE(s.l2_flush);             // cold by default, as nvbench
+  EXPECT_EQ(s.noise.target, 0.005);
+  EXPECT_EQ(s.noise.min_samples, 10);
+  EXPECT_EQ(s.noise.max_time_s, 1.0);
   EXPECT_EQ(s.tol_bf16.factor, 2.0);
   EXPECT_EQ(s.tol_bf16.atol, 1e-5);
   EXPECT_EQ(s.kv_num_blocks, 0);
@@ -154,7 +159,7 @@ TEST(ScenarioParse, BaseAndDefaults) {
 TEST(ScenarioParse, EveryOptionalSection) {
   const Scenario s = parse_scenario(
       edit("  pattern: [attn, gdn]\n", "  pattern: [gdn, attn]\n  repeat: 3\n") +
-          "run: {warmup: 0, repeat: 1}\n"
+          "run: {warmup: 0, repeat: 1, l2_flush: false, noise: {target: 0.02, min_samples: 3, max_time_s: 0.25}}\n"
           "tolerances: {bf16: {factor: 3.5, atol: 0}}\n"
           "kv_cache: {num_blocks: 100}\n"
           "scratch: {capacity_bytes: 65536}\n"
@@ -168,6 +173,10 @@ TEST(ScenarioParse, EveryOptionalSection) {
   EXPECT_EQ(s.layers[5], LayerKind::attn);
   EXPECT_EQ(s.warmup, 0);
   EXPECT_EQ(s.repeat, 1);
+  EXPECT_FALSE(s.l2_flush);
+  EXPECT_EQ(s.noise.target, 0.02);
+  EXPECT_EQ(s.noise.min_samples, 3);
+  EXPECT_EQ(s.noise.max_time_s, 0.25);
   EXPECT_EQ(s.tol_bf16.factor, 3.5);
   EXPECT_EQ(s.tol_bf16.atol, 0.0);
   EXPECT_EQ(s.kv_num_blocks, 100);
@@ -223,9 +232,16 @@ TEST(ScenarioErrors, WrongType) {
                "expected a map, found '7'");
   expect_error(edit("  head_dim: 64\n", "  head_dim: 64\n  mrope: {sections: [16, 8, 8], interleaved: maybe}\n"), 7,
                "model.mrope.interleaved", "expected true or false, found 'maybe'");
-  // run.l2_flush was removed (nothing used it): an old file gets the unknown-key error.
-  expect_error(std::string(kBase) + "run: {repeat: 3, l2_flush: true}\n", 14, "run.l2_flush",
-               "unknown key 'l2_flush' (known: warmup, repeat)");
+  expect_error(std::string(kBase) + "run: {repeat: 3, l2_flush: maybe}\n", 14, "run.l2_flush",
+               "expected true or false, found 'maybe'");
+  expect_error(std::string(kBase) + "run: {flush: true}\n", 14, "run.flush",
+               "unknown key 'flush' (known: warmup, repeat, l2_flush, noise)");
+  expect_error(std::string(kBase) + "run: {noise: {target: 0}}\n", 14, "run.noise.target", "expected a positive number");
+  expect_error(std::string(kBase) + "run: {noise: {min_samples: 0}}\n", 14, "run.noise.min_samples",
+               "expected a positive integer");
+  expect_error(std::string(kBase) + "run: {noise: {max_time_s: -1}}\n", 14, "run.noise.max_time_s",
+               "expected a positive number");
+  expect_error(std::string(kBase) + "run: {noise: {stdrel: 0.01}}\n", 14, "run.noise.stdrel", "unknown key 'stdrel'");
   expect_error(edit("[attn, gdn]", "[attn, mlp]"), 9, "layers.pattern[1]", "expected attn or gdn, found 'mlp'");
   expect_error(std::string(kBase) + "tolerances: {bf16: {factor: 0}}\n", 14, "tolerances.bf16.factor",
                "expected a positive number, found 0");

@@ -62,11 +62,15 @@ class CudaMemory final : public Memory {
     }
     PB_CUDA(cudaStreamCreate(&stream_));
     for (auto& e : events_) PB_CUDA(cudaEventCreate(&e));
+    int l2 = 0;
+    PB_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+    l2_bytes_ = l2 > 0 ? static_cast<size_t>(l2) : 0;
   }
   ~CudaMemory() override {
     release_all();
     for (auto& e : events_)
       if (e) cudaEventDestroy(e);
+    if (flush_buf_) cudaFree(flush_buf_);
     if (stream_) cudaStreamDestroy(stream_);
   }
   std::string kind() const override { return "cuda"; }
@@ -111,6 +115,13 @@ class CudaMemory final : public Memory {
     PB_CUDA(cudaEventElapsedTime(&ms, events_[from], events_[to]));
     return ms;
   }
+  size_t l2_bytes() const override { return l2_bytes_; }
+  // Its own buffer (not in blocks_: it outlives release_all), made on first use.
+  void flush_l2() override {
+    if (!l2_bytes_) return;
+    if (!flush_buf_) PB_CUDA(cudaMalloc(&flush_buf_, 2 * l2_bytes_));
+    PB_CUDA(cudaMemsetAsync(flush_buf_, ++flush_value_, 2 * l2_bytes_, stream_));
+  }
 
  private:
   static void* ptr(uint64_t a) { return reinterpret_cast<void*>(a); }
@@ -118,6 +129,9 @@ class CudaMemory final : public Memory {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[kMarkers] = {};
   std::vector<void*> blocks_;
+  size_t l2_bytes_ = 0;
+  void* flush_buf_ = nullptr;
+  unsigned char flush_value_ = 0;
 };
 
 }  // namespace
