@@ -134,6 +134,8 @@ int main(int argc, char** argv) {
   run->add_option("--repeat", opt.repeat, "timed runs per layer (default: the scenario's; host: 2)")
       ->check(CLI::Range(1, kMaxRepeat));
   run->add_flag("--profile", opt.profile, "one warm iteration per layer, no checks (a clean timeline); verdict: not checked, exit 0");
+  run->add_flag("--graph", opt.graph, "capture each layer once, check its replay, then replay it on a second batch of the same bucket "
+                "restaged into the same scratch (check 'graph'; docs/DESIGN.md 'Graph mode')")->excludes("--profile");
   run->add_flag("--no-color", no_color, "no colour in the table");
   limit_flags.add(run);
 
@@ -181,6 +183,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, kMaxWarmup));
   sweep->add_option("--repeat", sw.run.repeat, "timed runs per layer (default: the scenario's; host: 2)")
       ->check(CLI::Range(1, kMaxRepeat));
+  sweep->add_flag("--graph", sw.run.graph, "every point in graph mode (as run --graph)");
   limit_flags.add(sweep);
   sweep->add_option("--summarize", summarize_dir, "only write DIR/summary.csv from a finished sweep in DIR (the CTest project's last test)");
 

@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "check_result.h"
 #include "faults.h"
+#include "graph_bucket.h"
 #include "resource_estimate.h"
 #include "scenario.h"
 
@@ -23,6 +24,7 @@ struct RunOptions {
   std::optional<int> warmup, repeat;     // unset: the scenario's (the host backend caps repeat at 2)
   bool progress = false;         // progress lines on stderr
   bool profile = false;          // one warm iteration, no checks (a clean timeline)
+  bool graph = false;            // --graph: capture each layer, check the replays and a second batch of the bucket
 };
 
 // Timing of one kernel of one layer over the repeats (CUDA events on cuda,
@@ -41,6 +43,16 @@ struct KernelTiming {
 struct StreamSummary {
   int chunk_start = 0, count = 0, kv_len = 0, blocks = 0;
   bool has_image = false;
+};
+
+// --graph (docs/DESIGN.md "Graph mode"): what was captured and the bucket's second batch.
+struct GraphRun {
+  bool requested = false;  // --graph was given
+  bool captured = false;   // the library declares PB_CAP_GRAPH: the layers were captured and replayed
+  std::string clock;       // what timed the replays: "cuda events" or "host clock"
+  std::vector<StreamSummary> batch2;  // the second batch's streams
+  uint64_t batch2_inputs_checksum = 0;
+  BucketDiff diff;         // what differs from batch 1
 };
 
 // A layer the kernel library does not run (supports() said no), with its reason.
@@ -65,7 +77,8 @@ struct RunResult {
   uint64_t inputs_checksum = 0;
   int ref_sample = 0;              // 0: full reference
   std::vector<CheckResult> checks;
-  std::vector<KernelTiming> timings;
+  std::vector<KernelTiming> timings;  // under --graph also "graph_replay" per layer: the captured entries replayed
+  GraphRun graph;
   double wall_s = 0;
   // Set when the run stopped on an error before its checks ended (an internal
   // error, out of memory): the verdict is then "error" (verdict.h).
