@@ -68,7 +68,7 @@ RunResult graph_run(const Scenario& s, FaultSet inject = {}, bool graph = true) 
 }
 
 TEST(GraphMode, ShippedScenariosPassOnBothBatches) {
-  for (const char* name : {"smoke.yaml", "mrope-image.yaml", "qwen3-next.yaml", "continuation-chunks.yaml"}) {
+  for (const char* name : {"smoke.yaml", "mrope-image.yaml", "continuation-chunks.yaml", "single-stream.yaml"}) {
     const Scenario s = shipped(name);
     const RunResult r = graph_run(s);
     SCOPED_TRACE(name);
