@@ -137,6 +137,8 @@ int main(int argc, char** argv) {
                                         "cold: flush L2 before each timed kernel; hot: do not (default: the scenario's run.l2_flush, cold)")
       ->check(CLI::IsMember({"cold", "hot"}));
   run->add_flag("--profile", opt.profile, "one warm iteration per layer, no checks (a clean timeline); verdict: not checked, exit 0");
+  run->add_flag("--graph", opt.graph, "capture each layer once, check its replay, then replay it on a second batch of the same bucket "
+                "restaged into the same scratch (check 'graph'; docs/DESIGN.md 'Graph mode')")->excludes("--profile");
   run->add_flag("--no-color", no_color, "no colour in the table");
   limit_flags.add(run);
 
@@ -187,6 +189,7 @@ int main(int argc, char** argv) {
   sweep->add_option_function<std::string>("--l2", [&](const std::string& v) { sw.run.l2_flush = v == "cold"; },
                                           "cold or hot L2 for every point (default: the scenario's)")
       ->check(CLI::IsMember({"cold", "hot"}));
+  sweep->add_flag("--graph", sw.run.graph, "every point in graph mode (as run --graph)");
   limit_flags.add(sweep);
   sweep->add_option("--summarize", summarize_dir, "only write DIR/summary.csv from a finished sweep in DIR (the CTest project's last test)");
 

@@ -133,6 +133,18 @@ std::vector<AttnWorkItem> plan_work(const Ctx& c, const LayerShape& shape, const
                                             : plan_attention_work(shape, cu, kv);
 }
 
+// The bucket's bound on the attention work list: for any split of total_tokens
+// over batch_size streams, sum ceil(count_b / rows) <= (T + N * (rows - 1)) / rows.
+// The grid and the workspace are sized from it, never from this batch's list, so
+// a captured launch stays valid for every batch of the bucket (PB_CAP_GRAPH); the
+// list prepare() writes is padded with {-1, -1} items, which the kernels skip.
+size_t max_work_items(const Ctx& c, const LayerShape& shape, const pb_batched_attn_metadata& m) {
+  const uint64_t rows = static_cast<uint64_t>(attention_variant(c, shape) != -2 ? attention_mma_rows_per_tile(shape)
+                                                                                : attention_rows_per_tile(shape));
+  if (rows == 0) return 0;
+  return static_cast<size_t>((uint64_t(m.total_tokens) + uint64_t(m.batch_size) * (rows - 1)) / rows);
+}
+
 template <class T>
 T* ws(uint64_t base, uint64_t offset) {
   return reinterpret_cast<T*>(base + offset);
@@ -254,7 +266,7 @@ pb_status workspace_bytes(void* ctx, const pb_layer_shape* s, const pb_batched_a
   try {
     const Ctx& c = *static_cast<Ctx*>(ctx);
     if (s->kind == PB_LAYER_ATTN)
-      *bytes = attn_layout(s->attn, m->total_tokens, plan_work(c, attn_shape(s->attn), *m).size()).bytes;
+      *bytes = attn_layout(s->attn, m->total_tokens, max_work_items(c, attn_shape(s->attn), *m)).bytes;
     else
       *bytes = ssm_layout(c, s->ssm, m->total_tokens, m->batch_size).bytes;
     return PB_OK;
@@ -269,8 +281,15 @@ pb_status prepare_attn(void* ctx, const pb_attn_layer_args* a, void* stream, cha
   const LayerShape shape = attn_shape(a->shape);
   c.work = plan_work(c, shape, a->metadata);
   if (a->schedule) std::reverse(c.work.begin(), c.work.end());  // shortest first: another order of the same work
+  const size_t bound = max_work_items(c, shape, a->metadata);
+  if (c.work.size() > bound) {
+    put(msg, msg_len, "the host copies give " + std::to_string(c.work.size()) + " attention work items, more than the " +
+                          std::to_string(bound) + " any split of total_tokens over batch_size can (cu_seqlens_host inconsistent)");
+    return PB_ERR_INVALID;
+  }
+  c.work.resize(bound, AttnWorkItem{-1, -1});  // padding the kernels skip: the grid is the bucket's
   c.inv_freq = rope_inv_freq(shape);
-  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, c.work.size());
+  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, bound);
   if (a->workspace.bytes < l.bytes) {
     put(msg, msg_len, "workspace smaller than workspace_bytes asked for");
     return PB_ERR_INVALID;
@@ -289,7 +308,7 @@ pb_status prepare_attn(void* ctx, const pb_attn_layer_args* a, void* stream, cha
 
 pb_status rope(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
-  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, c.work.size());
+  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, max_work_items(c, attn_shape(a->shape), a->metadata));
   const uint64_t w = a->workspace.data;
   const pb_batched_attn_metadata& m = a->metadata;
   return from_cuda(launch_rope(static_cast<cudaStream_t>(stream), attn_shape(a->shape), m.total_tokens,
@@ -301,7 +320,7 @@ pb_status rope(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, 
 
 pb_status kv_write(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
-  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, c.work.size());
+  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, max_work_items(c, attn_shape(a->shape), a->metadata));
   return from_cuda(launch_kv_write(static_cast<cudaStream_t>(stream), attn_shape(a->shape), a->metadata.total_tokens,
                                    a->metadata.slot_stacked, ws<const bf16>(a->workspace.data, l.k_rot),
                                    reinterpret_cast<const bf16*>(a->v.data), reinterpret_cast<bf16*>(a->k_cache.data),
@@ -312,7 +331,7 @@ pb_status kv_write(void* ctx, const pb_attn_layer_args* a, void* stream, char* m
 pb_status attention(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
   const LayerShape shape = attn_shape(a->shape);
-  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, c.work.size());
+  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, max_work_items(c, attn_shape(a->shape), a->metadata));
   const uint64_t w = a->workspace.data;
   const pb_batched_attn_metadata& m = a->metadata;
   const int variant = attention_variant(c, shape);
@@ -325,7 +344,7 @@ pb_status attention(void* ctx, const pb_attn_layer_args* a, void* stream, char* 
   args.kv_lens = m.kv_lens;
   args.block_table_ptrs = m.block_table_ptrs;
   args.work = ws<const AttnWorkItem>(w, l.work);
-  args.num_work = static_cast<int>(c.work.size());
+  args.num_work = static_cast<int>(max_work_items(c, shape, m));  // the bucket's grid, not this batch's list
   args.q_rot = ws<const bf16>(w, l.q_rot);
   args.k_cache = reinterpret_cast<const bf16*>(a->k_cache.data);
   args.v_cache = reinterpret_cast<const bf16*>(a->v_cache.data);
@@ -434,7 +453,12 @@ pb_kernel_table make_table() {
   t.name = "pb-cuda";
   t.version = "1.0.0";
   t.device = PB_DEVICE_CUDA;
-  t.capabilities = PB_CAP_SCHEDULE;
+  // Graph-safe: the entries launch grids from total_tokens, batch_size and the
+  // shape only (the attention grid from max_work_items), read every per-batch
+  // value from the metadata's arrays or the workspace prepare() wrote, and never
+  // copy or synchronise (docs/KERNEL-ABI.md "Graph capture"; on a GPU,
+  // scripts/device-check.sh runs every scenario with --graph).
+  t.capabilities = PB_CAP_SCHEDULE | PB_CAP_GRAPH;
   t.init = init;
   t.teardown = teardown;
   t.supports = supports;

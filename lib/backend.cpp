@@ -235,23 +235,105 @@ void Backend::reset_layer(int layer) {
   memory_->synchronize("reset_layer");
 }
 
-std::vector<KernelTime> Backend::run_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs,
-                                           uint32_t schedule) {
-  LayerBuffers& L = layers_.at(layer);
+pb_workspace Backend::prepare_workspace(LayerBuffers& L, const pb_batched_attn_metadata& m) {
+  // The library's workspace, grown when this metadata asks for more, poisoned every run.
+  const uint64_t ws = library_->workspace_bytes(abi_layer_shape(L.kind, shape_), m);
+  if (ws > L.workspace.bytes || (ws && !L.workspace.at)) {
+    if (L.captured.live)
+      throw std::runtime_error(fmt::format(
+          "{}: workspace_bytes asks for {} bytes on this batch, more than the {} the layer was captured with; "
+          "a graph-safe library (PB_CAP_GRAPH) must ask the same for every batch of a bucket",
+          library_->label(), ws, L.workspace.bytes));
+    L.workspace = alloc(ws);
+  }
+  if (L.workspace.bytes) memory_->fill_u16(L.workspace.at, L.workspace.bytes / 2, kBf16PoisonBits);
+  return pb_workspace{L.workspace.at, L.workspace.bytes};
+}
+
+pb_attn_layer_args Backend::attn_args(const LayerBuffers& L, const pb_batched_attn_metadata& m, pb_workspace ws,
+                                      uint32_t schedule) const {
+  const size_t T = static_cast<size_t>(total_tokens_);
+  pb_attn_layer_args a;
+  std::memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
+  a.schedule = schedule;
+  a.metadata = m;
+  a.shape = abi_layer_shape(L.kind, shape_).attn;
+  const int64_t Hq = shape_.num_q_heads, Hkv = shape_.num_kv_heads, D = shape_.head_dim;
+  a.q = tensor(L.q.at, PB_DTYPE_BF16, {int64_t(T), Hq, D});
+  a.k = tensor(L.k.at, PB_DTYPE_BF16, {int64_t(T), Hkv, D});
+  a.v = tensor(L.v.at, PB_DTYPE_BF16, {int64_t(T), Hkv, D});
+  a.out = tensor(L.out.at, PB_DTYPE_BF16, {int64_t(T), Hq, D});
+  a.k_cache = tensor(L.k_cache.at, PB_DTYPE_BF16, {shape_.num_blocks, shape_.block_size, Hkv, D});
+  a.v_cache = tensor(L.v_cache.at, PB_DTYPE_BF16, {shape_.num_blocks, shape_.block_size, Hkv, D});
+  a.workspace = ws;
+  return a;
+}
+
+pb_ssm_layer_args Backend::ssm_args(const LayerBuffers& L, const pb_batched_attn_metadata& m, pb_workspace ws,
+                                    uint64_t h_state_ptrs, uint32_t schedule) const {
+  const size_t T = static_cast<size_t>(total_tokens_), N = static_cast<size_t>(num_streams_);
+  pb_ssm_layer_args a;
+  std::memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
+  a.schedule = schedule;
+  a.metadata = m;
+  a.shape = abi_layer_shape(L.kind, shape_).ssm;
+  const int64_t Hv = shape_.num_v_heads, C = conv_dim(shape_), K = shape_.d_conv;
+  a.x = tensor(L.x.at, PB_DTYPE_BF16, {int64_t(T), C});
+  a.g = tensor(L.g.at, PB_DTYPE_F32, {int64_t(T), Hv});
+  a.beta = tensor(L.beta.at, PB_DTYPE_F32, {int64_t(T), Hv});
+  a.conv_weight = tensor(L.conv_w.at, PB_DTYPE_BF16, {C, K});
+  a.conv_state = tensor(L.conv_state.at, PB_DTYPE_BF16, {int64_t(N), C, K > 0 ? K - 1 : 0});
+  a.h_state_ptrs = h_state_ptrs;
+  a.out = tensor(L.out.at, PB_DTYPE_BF16, {int64_t(T), Hv, shape_.v_dim});
+  a.workspace = ws;
+  return a;
+}
+
+void Backend::prepare(const LayerBuffers& L, const pb_attn_layer_args& a, const pb_ssm_layer_args& s) {
+  const pb_kernel_table& t = library_->table();
+  void* ctx = library_->context();
+  char msg[kMsgLen] = "";
+  if (L.kind == LayerKind::attn) {
+    if (t.prepare_attn) library_->check(t.prepare_attn(ctx, &a, memory_->stream(), msg, sizeof msg), "prepare_attn", msg);
+  } else if (t.prepare_ssm) {
+    library_->check(t.prepare_ssm(ctx, &s, memory_->stream(), msg, sizeof msg), "prepare_ssm", msg);
+  }
+}
+
+template <class Each>
+void Backend::entries(const LayerBuffers& L, const pb_attn_layer_args& a, const pb_ssm_layer_args& s, char* msg,
+                      size_t msg_len, Each&& each) {
   const pb_kernel_table& t = library_->table();
   void* ctx = library_->context();
   void* stream = memory_->stream();
+  if (L.kind == LayerKind::attn) {
+    if (t.rope && t.kv_write && t.attention) {
+      each("rope", [&] { return t.rope(ctx, &a, stream, msg, msg_len); });
+      each("kv_write", [&] { return t.kv_write(ctx, &a, stream, msg, msg_len); });
+      each("attention", [&] { return t.attention(ctx, &a, stream, msg, msg_len); });
+    } else {
+      each("attn_layer", [&] { return t.attn_layer(ctx, &a, stream, msg, msg_len); });
+    }
+  } else {
+    if (t.conv1d && t.gdn) {
+      each("conv1d", [&] { return t.conv1d(ctx, &s, stream, msg, msg_len); });
+      each("gdn", [&] { return t.gdn(ctx, &s, stream, msg, msg_len); });
+    } else {
+      each("ssm_layer", [&] { return t.ssm_layer(ctx, &s, stream, msg, msg_len); });
+    }
+  }
+}
+
+std::vector<KernelTime> Backend::run_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs,
+                                           uint32_t schedule) {
+  LayerBuffers& L = layers_.at(layer);
   const bool attn = L.kind == LayerKind::attn;
-  const pb_layer_shape shape = abi_layer_shape(L.kind, shape_);
-
-  // The library's workspace, grown when this metadata asks for more, poisoned every run.
   const pb_batched_attn_metadata m = abi_metadata(meta);
-  const uint64_t ws = library_->workspace_bytes(shape, m);
-  if (ws > L.workspace.bytes || (ws && !L.workspace.at)) L.workspace = alloc(ws);
-  if (L.workspace.bytes) memory_->fill_u16(L.workspace.at, L.workspace.bytes / 2, kBf16PoisonBits);
-
-  const size_t T = static_cast<size_t>(total_tokens_), N = static_cast<size_t>(num_streams_);
-  const pb_workspace workspace{L.workspace.at, L.workspace.bytes};
+  const pb_workspace workspace = prepare_workspace(L, m);
+  const pb_attn_layer_args a = attn ? attn_args(L, m, workspace, schedule) : pb_attn_layer_args{};
+  const pb_ssm_layer_args sa = attn ? pb_ssm_layer_args{} : ssm_args(L, m, workspace, h_state_ptrs, schedule);
   std::vector<KernelTime> times;
   char msg[kMsgLen] = "";
   int marks = 0;
@@ -268,59 +350,124 @@ std::vector<KernelTime> Backend::run_layer(int layer, const BatchedAttnMetadata&
     times.push_back({name, static_cast<double>(marks)});  // marker index until synchronised
     marks += 2;
   };
-  if (attn) {
-    pb_attn_layer_args a;
-    std::memset(&a, 0, sizeof a);
-    a.struct_size = sizeof a;
-    a.schedule = schedule;
-    a.metadata = m;
-    a.shape = shape.attn;
-    const int64_t Hq = shape_.num_q_heads, Hkv = shape_.num_kv_heads, D = shape_.head_dim;
-    a.q = tensor(L.q.at, PB_DTYPE_BF16, {int64_t(T), Hq, D});
-    a.k = tensor(L.k.at, PB_DTYPE_BF16, {int64_t(T), Hkv, D});
-    a.v = tensor(L.v.at, PB_DTYPE_BF16, {int64_t(T), Hkv, D});
-    a.out = tensor(L.out.at, PB_DTYPE_BF16, {int64_t(T), Hq, D});
-    a.k_cache = tensor(L.k_cache.at, PB_DTYPE_BF16, {shape_.num_blocks, shape_.block_size, Hkv, D});
-    a.v_cache = tensor(L.v_cache.at, PB_DTYPE_BF16, {shape_.num_blocks, shape_.block_size, Hkv, D});
-    a.workspace = workspace;
-    if (t.prepare_attn) library_->check(t.prepare_attn(ctx, &a, stream, msg, sizeof msg), "prepare_attn", msg);
-    if (t.rope && t.kv_write && t.attention) {
-      timed("rope", [&] { return t.rope(ctx, &a, stream, msg, sizeof msg); });
-      timed("kv_write", [&] { return t.kv_write(ctx, &a, stream, msg, sizeof msg); });
-      timed("attention", [&] { return t.attention(ctx, &a, stream, msg, sizeof msg); });
-    } else {
-      timed("attn_layer", [&] { return t.attn_layer(ctx, &a, stream, msg, sizeof msg); });
-    }
-  } else {
-    pb_ssm_layer_args a;
-    std::memset(&a, 0, sizeof a);
-    a.struct_size = sizeof a;
-    a.schedule = schedule;
-    a.metadata = m;
-    a.shape = shape.ssm;
-    const int64_t Hv = shape_.num_v_heads, C = conv_dim(shape_), K = shape_.d_conv;
-    a.x = tensor(L.x.at, PB_DTYPE_BF16, {int64_t(T), C});
-    a.g = tensor(L.g.at, PB_DTYPE_F32, {int64_t(T), Hv});
-    a.beta = tensor(L.beta.at, PB_DTYPE_F32, {int64_t(T), Hv});
-    a.conv_weight = tensor(L.conv_w.at, PB_DTYPE_BF16, {C, K});
-    a.conv_state = tensor(L.conv_state.at, PB_DTYPE_BF16, {int64_t(N), C, K > 0 ? K - 1 : 0});
-    a.h_state_ptrs = h_state_ptrs;
-    a.out = tensor(L.out.at, PB_DTYPE_BF16, {int64_t(T), Hv, shape_.v_dim});
-    a.workspace = workspace;
-    if (t.prepare_ssm) library_->check(t.prepare_ssm(ctx, &a, stream, msg, sizeof msg), "prepare_ssm", msg);
-    if (t.conv1d && t.gdn) {
-      timed("conv1d", [&] { return t.conv1d(ctx, &a, stream, msg, sizeof msg); });
-      timed("gdn", [&] { return t.gdn(ctx, &a, stream, msg, sizeof msg); });
-    } else {
-      timed("ssm_layer", [&] { return t.ssm_layer(ctx, &a, stream, msg, sizeof msg); });
-    }
-  }
+  prepare(L, a, sa);
+  entries(L, a, sa, msg, sizeof msg, timed);
   memory_->synchronize(attn ? "attention layer" : "ssm layer");
   for (KernelTime& k : times) {
     const int from = static_cast<int>(k.ms);
     k.ms = memory_->elapsed_ms(from, from + 1);
   }
   return times;
+}
+
+void Backend::capture_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs) {
+  LayerBuffers& L = layers_.at(layer);
+  const bool attn = L.kind == LayerKind::attn;
+  Captured& c = L.captured;
+  c = Captured{};
+  // The capture-time host copies, kept alive and unchanged for every replay.
+  c.cu_seqlens_host = meta.cu_seqlens_host;
+  c.kv_lens_host = meta.kv_lens_host;
+  pb_batched_attn_metadata m = abi_metadata(meta);
+  m.cu_seqlens_host = c.cu_seqlens_host.data();
+  m.kv_lens_host = c.kv_lens_host.data();
+  const pb_workspace workspace = prepare_workspace(L, m);
+  if (attn) c.attn = attn_args(L, m, workspace, 0);
+  else c.ssm = ssm_args(L, m, workspace, h_state_ptrs, 0);
+  prepare(L, c.attn, c.ssm);
+  memory_->synchronize("prepare before capture");
+  char msg[kMsgLen] = "";
+  auto call = [&](const char* name, auto&& fn) {
+    msg[0] = '\0';
+    library_->check(fn(), name, msg);
+  };
+  if (memory_->captures()) {
+    memory_->capture_begin();
+    try {
+      entries(L, c.attn, c.ssm, msg, sizeof msg, call);
+    } catch (...) {
+      try {
+        memory_->capture_end();  // leave the stream usable; the capture is invalid anyway
+      } catch (...) {
+      }
+      throw;
+    }
+    c.graph = memory_->capture_end();
+  }
+  c.live = true;
+}
+
+double Backend::replay_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs) {
+  LayerBuffers& L = layers_.at(layer);
+  Captured& c = L.captured;
+  if (!c.live) throw std::runtime_error(fmt::format("harness: replay of layer {} before its capture", layer));
+  const bool attn = L.kind == LayerKind::attn;
+  // Planning on the current batch, outside the graph, as the engine does before each replay.
+  const pb_batched_attn_metadata m = abi_metadata(meta);
+  const pb_workspace workspace = prepare_workspace(L, m);
+  const pb_attn_layer_args a = attn ? attn_args(L, m, workspace, 0) : pb_attn_layer_args{};
+  const pb_ssm_layer_args sa = attn ? pb_ssm_layer_args{} : ssm_args(L, m, workspace, h_state_ptrs, 0);
+  prepare(L, a, sa);
+  char msg[kMsgLen] = "";
+  auto call = [&](const char* name, auto&& fn) {
+    msg[0] = '\0';
+    library_->check(fn(), name, msg);
+  };
+  if (l2_flush_) memory_->flush_l2();  // cold L2 under the same policy as the per-launch times
+  TraceRange range("graph replay");
+  memory_->mark(0);
+  if (c.graph >= 0) memory_->graph_launch(c.graph);
+  else entries(L, c.attn, c.ssm, msg, sizeof msg, call);  // host: the recorded struct, called again
+  memory_->mark(1);
+  memory_->synchronize(attn ? "attention layer graph replay" : "ssm layer graph replay");
+  return memory_->elapsed_ms(0, 1);
+}
+
+template <class T>
+void Backend::upload_into(const Buffer& b, const std::vector<T>& host, const char* what) {
+  if (host.size() * sizeof(T) != b.bytes)
+    throw std::runtime_error(fmt::format("harness: {} holds {} bytes, the buffer {}: not the same bucket", what,
+                                         host.size() * sizeof(T), b.bytes));
+  memory_->upload(b.at, host.data(), b.bytes);
+}
+
+void Backend::upload_inputs(const Batch& batch) {
+  if (batch.num_streams != num_streams_ || batch.total_tokens != total_tokens_ ||
+      batch.layers.size() != layers_.size() || batch.num_blocks != shape_.num_blocks ||
+      batch.poison_block != shape_.poison_block)
+    throw std::runtime_error("harness: upload_inputs of a batch outside the allocated bucket");
+  const size_t C = static_cast<size_t>(conv_dim(shape_));
+  const size_t hist = shape_.d_conv > 0 ? static_cast<size_t>(shape_.d_conv - 1) : 0;
+  const size_t h_elems = static_cast<size_t>(shape_.num_v_heads) * shape_.v_dim * shape_.k_dim;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const LayerBuffers& L = layers_[l];
+    const LayerInputs& in = batch.layers[l];
+    if (in.kind != L.kind) throw std::runtime_error("harness: upload_inputs with another layer pattern");
+    if (in.kind == LayerKind::attn) {
+      upload_into(L.q, in.attn.q, "attn q");
+      upload_into(L.k, in.attn.k, "attn k");
+      upload_into(L.v, in.attn.v, "attn v");
+      upload_into(L.k_cache0, initial_cache(batch, shape_, static_cast<int>(l), false), "k cache");
+      upload_into(L.v_cache0, initial_cache(batch, shape_, static_cast<int>(l), true), "v cache");
+    } else {
+      const GdnInputs& gi = in.gdn;
+      upload_into(L.x, gi.x, "gdn x");
+      upload_into(L.conv_w, gi.conv_w, "gdn conv_w");
+      upload_into(L.g, gi.g, "gdn g");
+      upload_into(L.beta, gi.beta, "gdn beta");
+      std::vector<bf16> conv0;
+      std::vector<float> h0;
+      for (int b = 0; b < num_streams_; ++b) {
+        if (gi.conv0[b].size() != C * hist || gi.h0[b].size() != h_elems)
+          throw std::runtime_error(fmt::format("harness: gdn layer {} stream {}: conv0/h0 of the wrong size", l, b));
+        conv0.insert(conv0.end(), gi.conv0[b].begin(), gi.conv0[b].end());
+        h0.insert(h0.end(), gi.h0[b].begin(), gi.h0[b].end());
+      }
+      upload_into(L.conv0, conv0, "conv0");
+      upload_into(L.h0, h0, "h0");
+    }
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) reset_layer(static_cast<int>(l));
 }
 
 LayerOutputs Backend::read_layer(int layer) {

@@ -81,6 +81,22 @@ class Backend {
     return l2_flush_ ? 2 * memory_->l2_bytes() : 0;
   }
   LayerOutputs read_layer(int layer);
+
+  // --graph (docs/DESIGN.md "Graph mode"). capture_layer: prepare with `meta`
+  // (untimed), then the layer's timed entries captured once, schedule 0: on CUDA
+  // into a graph on the memory's stream (nothing runs); on host the exact args
+  // struct is recorded, the capture-time host copies kept alive and unchanged.
+  // replay_layer: the workspace poisoned, prepare on the CURRENT `meta` (its host
+  // copies and scalars), then the capture replayed between two marks: the graph
+  // launched, or on host the same entries called again with the recorded struct.
+  // Returns the replay's ms. Throws when the library asks for more workspace than
+  // at capture (its workspace_bytes must hold for the whole bucket).
+  void capture_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs);
+  double replay_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs);
+  // Another batch of the same bucket (same streams and tokens, same shape):
+  // its inputs and initial caches and states uploaded into the SAME buffers,
+  // every address kept.
+  void upload_inputs(const Batch& batch);
   // The arithmetic the library declares for layer `layer`'s gdn kernel (its
   // `precision` entry), which the reference's lp reproduces so the numeric limit
   // follows it (docs/TOLERANCES.md); fp32 when the library declares none.
@@ -93,15 +109,40 @@ class Backend {
     uint64_t at = 0;
     size_t bytes = 0;
   };
+  // One layer's capture (--graph): the args struct as captured, the host
+  // copies it points at, and the graph id (CUDA) or -1 (host: replay by calling).
+  struct Captured {
+    bool live = false;
+    int graph = -1;
+    pb_attn_layer_args attn{};
+    pb_ssm_layer_args ssm{};
+    std::vector<int32_t> cu_seqlens_host, kv_lens_host;
+  };
   struct LayerBuffers {
     LayerKind kind = LayerKind::attn;
     Buffer q, k, v, out, k_cache, v_cache, k_cache0, v_cache0;              // attn
     Buffer x, conv_w, g, beta, conv_state, conv0, h_state, h0;              // gdn
     Buffer workspace;
+    Captured captured;
   };
   Buffer alloc(size_t bytes);
   template <class T>
   Buffer upload(const std::vector<T>& host, size_t expect, const char* what);
+  template <class T>
+  void upload_into(const Buffer& b, const std::vector<T>& host, const char* what);
+  // The workspace grown to what this metadata asks for (never moved under a
+  // capture) and poisoned; the layer's args built from `m` and its buffers.
+  pb_workspace prepare_workspace(LayerBuffers& L, const pb_batched_attn_metadata& m);
+  pb_attn_layer_args attn_args(const LayerBuffers& L, const pb_batched_attn_metadata& m, pb_workspace ws,
+                               uint32_t schedule) const;
+  pb_ssm_layer_args ssm_args(const LayerBuffers& L, const pb_batched_attn_metadata& m, pb_workspace ws,
+                             uint64_t h_state_ptrs, uint32_t schedule) const;
+  // prepare_* (when the library has it) with these args, untimed.
+  void prepare(const LayerBuffers& L, const pb_attn_layer_args& a, const pb_ssm_layer_args& s);
+  // The layer's timed entries on these args, each as `each(name, call)` runs it.
+  template <class Each>
+  void entries(const LayerBuffers& L, const pb_attn_layer_args& a, const pb_ssm_layer_args& s, char* msg,
+               size_t msg_len, Each&& each);
   const LayerBuffers& at(int layer) const;
 
   std::unique_ptr<Memory> memory_;

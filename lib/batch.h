@@ -71,5 +71,10 @@ std::vector<StreamSpec> resolve_streams(const Scenario& s);
 void validate_batch(const Scenario& s, const std::vector<StreamSpec>& streams);
 // Generates everything from the seed. Same scenario + seed => identical bytes.
 Batch generate_batch(const Scenario& s);
+// The same generator over given streams (already validated), `seed`, a KV cache
+// of `kv_num_blocks` (0: sized from the streams) and, when >= 0, a fixed
+// poison block: the --graph bucket's second batch (graph_bucket.h).
+Batch generate_batch(const Scenario& s, const std::vector<StreamSpec>& streams, uint64_t seed, int kv_num_blocks,
+                     int poison_block);
 
 }  // namespace pb

@@ -17,6 +17,9 @@ constexpr const char* kCheckKvWrite = "kv_write";
 constexpr const char* kCheckState = "state";
 constexpr const char* kCheckPositions = "positions";
 constexpr const char* kCheckDeterminism = "determinism";
+// --graph only (not in all_check_names): the bucket's second batch, restaged into
+// the same scratch and replayed through the same captured layers, passes every check.
+constexpr const char* kCheckGraph = "graph";
 const std::vector<std::string>& all_check_names();
 
 struct Finding {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "backend.h"
+#include "graph_bucket.h"
 #include "reference/reference.h"
 #include "check_result.h"
 
@@ -121,6 +122,15 @@ Exposure fault_exposure(Fault f, const Scenario& s, const Batch& batch) {
                               "section to move its rotation past bf16 rounding (largest angle {:.3g} rad)",
                               angle));
       return Exposure{};
+    }
+    case Fault::graph_baked_kv_len: {
+      // Shows only under --graph, on the bucket's second batch, where some
+      // stream's kv_len differs from the capture's.
+      if (!attn) return no("no attention layer reads kv_lens");
+      const Batch second = generate_bucket_batch(s, batch);
+      for (int b = 0; b < N; ++b)
+        if (second.streams[b].kv_len != batch.streams[b].kv_len) return Exposure{};
+      return no("the bucket's second batch has every stream's kv_len of the first");
     }
     case Fault::gdn_state_race:
       if (!gdn) return no("no gdn layer");

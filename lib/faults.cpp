@@ -56,13 +56,18 @@ const std::vector<FaultInfo>& all_faults() {
       {Fault::gdn_state_race, "gdn-state-race", kCheckDeterminism,
        "Lets each gdn work item read its neighbour's state before updating its own, so what it reads "
        "depends on which ran first (a same-launch race between one CTA's state update and another's read)."},
+      {Fault::graph_baked_kv_len, "graph-baked-kv-len", kCheckGraph,
+       "Lets the attention kernel take each stream's kv_len from the metadata's host copy (kv_lens_host) "
+       "instead of the device array: a per-batch value baked into the launch. Eager runs pass (the host copy "
+       "is current); under --graph the replay on the bucket's second batch keeps the capture's lengths "
+       "(flash-attention's seqlen_k baked into a graph). Host backend only; trips only with --graph."},
   };
   return faults;
 }
 
 bool fault_in_kernels(Fault f) {
   return f == Fault::causal_off_by_one || f == Fault::conv_state_bleed || f == Fault::gdn_state_race ||
-         f == Fault::grid_short_by_one;
+         f == Fault::grid_short_by_one || f == Fault::graph_baked_kv_len;
 }
 
 const FaultInfo& fault_info(Fault f) { return all_faults().at(static_cast<size_t>(f)); }

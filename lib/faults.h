@@ -21,6 +21,7 @@ enum class Fault {
   mrope_section_swap,       // caller: the kernel reads H positions for the W section and W for H
   grid_short_by_one,        // kernel (pb-host): attention and gdn cover batch_size - 1 streams
   gdn_state_race,           // kernel: a gdn work item reads a neighbour's state mid-update
+  graph_baked_kv_len,       // kernel (pb-host): attention takes kv_len from the host copy baked in at capture
 };
 
 struct FaultInfo {

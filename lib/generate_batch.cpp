@@ -65,6 +65,11 @@ struct Fnv {
 Batch generate_batch(const Scenario& s) {
   const std::vector<StreamSpec> specs = resolve_streams(s);
   validate_batch(s, specs);
+  return generate_batch(s, specs, s.seed, s.kv_num_blocks, -1);
+}
+
+Batch generate_batch(const Scenario& s, const std::vector<StreamSpec>& specs, uint64_t seed, int kv_num_blocks,
+                     int poison_block) {
   const ModelSpec& m = s.model;
   const bool mrope = m.mrope.enabled;
   const int bs = m.block_size;
@@ -97,11 +102,10 @@ Batch generate_batch(const Scenario& s) {
   // Physical blocks: a Fisher-Yates permutation of [0, num_blocks) (draws:
   // uniform_int(0, i) for i = n-1 down to 1). Explicit tables keep their ids;
   // the poison block and the other tables take ids in permutation order.
-  batch.num_blocks = static_cast<int>(s.kv_num_blocks ? s.kv_num_blocks
-                                                      : needed + std::max(4, needed / 4) + 1);
+  batch.num_blocks = static_cast<int>(kv_num_blocks ? kv_num_blocks : needed + std::max(4, needed / 4) + 1);
   std::vector<int32_t> perm(batch.num_blocks);
   std::iota(perm.begin(), perm.end(), 0);
-  Rng block_rng = Rng::for_purpose(s.seed, kRngBlocks);
+  Rng block_rng = Rng::for_purpose(seed, kRngBlocks);
   for (int i = batch.num_blocks - 1; i > 0; --i)
     std::swap(perm[i], perm[block_rng.uniform_int(0, i)]);
   if (std::is_sorted(perm.begin(), perm.end()) && perm.size() >= 2) std::swap(perm[0], perm[1]);
@@ -114,7 +118,12 @@ Batch generate_batch(const Scenario& s) {
     taken[perm[next]] = 1;
     return perm[next];
   };
-  batch.poison_block = take();
+  if (poison_block >= 0 && poison_block < batch.num_blocks && !taken[poison_block]) {
+    taken[poison_block] = 1;
+    batch.poison_block = poison_block;
+  } else {
+    batch.poison_block = take();
+  }
   for (size_t b = 0; b < specs.size(); ++b) {
     StreamTruth& st = batch.streams[b];
     if (!specs[b].blocks.empty()) {
@@ -134,7 +143,7 @@ Batch generate_batch(const Scenario& s) {
   const size_t q_row = static_cast<size_t>(m.num_q_heads) * m.head_dim;
   const size_t kv_row = static_cast<size_t>(m.num_kv_heads) * m.head_dim;
   for (size_t l = 0; l < s.layers.size(); ++l) {
-    Rng rng = Rng::for_purpose(s.seed, kRngTensors * 1000 + l);
+    Rng rng = Rng::for_purpose(seed, kRngTensors * 1000 + l);
     LayerInputs li;
     li.kind = s.layers[l];
     if (li.kind == LayerKind::attn) {

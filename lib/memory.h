@@ -50,6 +50,16 @@ class Memory {
   // none of the harness's or the library's data in L2.
   virtual size_t l2_bytes() const { return 0; }
   virtual void flush_l2() {}
+  // Graphs (--graph). captures(): true when the stream can capture launches into
+  // a graph (CUDA); false on host, where the backend records the entries' args
+  // and replays them by calling again (backend.h). capture_begin() starts
+  // capturing the stream (what is enqueued then does not run); capture_end()
+  // instantiates what was captured and returns its id; graph_launch(id) enqueues
+  // one replay on the stream. Graphs live until release_all().
+  virtual bool captures() const { return false; }
+  virtual void capture_begin() {}
+  virtual int capture_end() { return -1; }
+  virtual void graph_launch(int /*id*/) {}
 };
 
 std::unique_ptr<Memory> make_host_memory();

@@ -184,6 +184,20 @@ json run_json(const RunResult& r) {
     run["skipped_layers"] = skipped_json(r.skipped_layers);
     run["output_checksums"] = r.output_checksums;
   }
+  if (r.graph.requested) {  // --graph (docs/DESIGN.md "Graph mode")
+    const BucketDiff& d = r.graph.diff;
+    run["graph"] = {{"captured", r.graph.captured},
+                    {"replay_clock", r.graph.clock},
+                    {"batch2_streams", streams_json(r.graph.batch2)},
+                    {"batch2_inputs_checksum", fmt::format("{:016x}", r.graph.batch2_inputs_checksum)},
+                    {"batch2_differs",
+                     {{"counts", d.counts},
+                      {"chunk_starts", d.chunk_starts},
+                      {"kv_lens", d.kv_lens},
+                      {"block_tables", d.block_tables},
+                      {"inputs", d.inputs},
+                      {"note", d.note}}}};
+  }
   return run;
 }
 

@@ -176,7 +176,7 @@ char check_letter(const std::string& name) {
   static const std::map<std::string, char> letters = {
       {kCheckLayout, 'L'},  {kCheckMetadata, 'M'}, {kCheckScratchGuard, 'G'}, {kCheckNumeric, 'N'},
       {kCheckCausalBound, 'C'}, {kCheckKvWrite, 'K'},  {kCheckState, 'S'},
-      {kCheckPositions, 'P'},   {kCheckDeterminism, 'D'}};
+      {kCheckPositions, 'P'},   {kCheckDeterminism, 'D'}, {kCheckGraph, 'R'}};  // R: graph replay
   auto it = letters.find(name);
   if (it != letters.end()) return it->second;
   return name.empty() ? '?' : static_cast<char>(std::toupper(static_cast<unsigned char>(name[0])));
@@ -377,7 +377,11 @@ void header(std::string& out, const RunResult& r, const Painter& paint) {
   kernel_library(out, r, paint);
   if (v == Verdict::error) wrapped(out, "      error: ", 13, r.error, 8);
   if (v == Verdict::not_checked)
-    wrapped(out, "      ", 6, "not checked: no check ran (--profile runs none), so nothing was proven", 8);
+    wrapped(out, "      ", 6,
+            requested_check_not_run(r)
+                ? "not checked: --graph asked for the graph check and it could not run (below), so the run is not passed"
+                : "not checked: no check ran (--profile runs none), so nothing was proven",
+            8);
 }
 
 void streams(std::string& out, const RunResult& r, const StreamView& v, const Painter& paint) {
@@ -561,7 +565,7 @@ void timings(std::string& out, const RunResult& r) {
     const bool has_flops = row.flops > 0, has_bytes = row.bytes > 0;
     std::string line = fmt::format(
         "  {:<10} {:<11} {:>7} {:>9} {:>9} {:>9} {:>8}{}", shorten(row.label, 10),
-        shorten(row.kernel, 11), row.samples, ms(row.median_ms), ms(row.min_ms), ms(row.max_ms),
+        shorten(row.kernel == "graph_replay" ? "graph" : row.kernel, 11), row.samples, ms(row.median_ms), ms(row.min_ms), ms(row.max_ms),
         has_flops ? rate(tflops) : "-", gdn && has_flops ? "*" : " ");
     if (peaks) line += fmt::format(" {:>6}", has_flops ? pct(tflops, d.peak_tflops) : "-");
     line += fmt::format(" {:>9}", has_bytes ? rate(gbps) : "-");

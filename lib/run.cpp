@@ -14,9 +14,11 @@
 #include <cstring>
 #include <map>
 
+#include "check_layer.h"
 #include "check_plan.h"
 #include "checks.h"
 #include "expected_scratch.h"
+#include "graph_run.h"
 #include "trace.h"
 #include "verdict.h"
 #include "work_counts.h"
@@ -113,6 +115,7 @@ ResourceEstimate validate_resources(const Scenario& s, const ResourceLimits& lim
 }
 
 RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
+  if (opt.graph && opt.profile) throw InputError("--graph and --profile: --profile runs no checks, --graph is checks");
   const auto t0 = std::chrono::steady_clock::now();
   TraceRange scenario_range("scenario " + s.name);
   Progress progress(opt.progress, s.name);
@@ -132,7 +135,15 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   check_scratch_capacity(s, true_layout);
 
   std::unique_ptr<Backend> backend = make_configured_backend(opt, faults);
-  const TableArena arena = plan_table_arena(batch);
+  TableArena arena = plan_table_arena(batch);
+  // --graph: the bucket's second batch, drawn now so the arena holds either
+  // batch's tables at the same address (docs/DESIGN.md "Graph mode").
+  const bool graph = opt.graph && (backend->library().table().capabilities & PB_CAP_GRAPH);
+  Batch batch2;
+  if (graph) {
+    batch2 = generate_bucket_batch(s, batch);
+    arena.bytes = std::max(arena.bytes, plan_table_arena(batch2).bytes);
+  }
 
   RunResult res;
   res.scenario_path = s.path;
@@ -151,6 +162,28 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   for (const StreamTruth& st : batch.streams)
     res.streams.push_back({st.chunk_start, st.count, st.kv_len, static_cast<int>(st.blocks.size()), st.has_image});
   for (LayerKind k : s.layers) res.layer_kinds.push_back(k == LayerKind::attn ? "attn" : "gdn");
+  CheckResult graph_check;
+  graph_check.name = kCheckGraph;
+  res.graph.requested = opt.graph;
+  if (opt.graph) {
+    res.graph.captured = graph;
+    res.graph.clock = res.backend == "cuda" ? "cuda events" : "host clock";
+    graph_check.ran = graph;
+    if (!graph)
+      graph_check.not_run_why = fmt::format("kernel library {} does not declare PB_CAP_GRAPH: its entries may not be "
+                                            "captured and replayed (docs/KERNEL-ABI.md \"Graph capture\")",
+                                            backend->library().label());
+    for (const StreamTruth& st : batch2.streams)
+      res.graph.batch2.push_back({st.chunk_start, st.count, st.kv_len, static_cast<int>(st.blocks.size()), st.has_image});
+    res.graph.batch2_inputs_checksum = batch2.inputs_checksum;
+    if (graph) {
+      res.graph.diff = bucket_diff(batch, batch2);
+      if (!res.graph.diff.any())
+        graph_check.fail(-1, -1, "the second batch does not differ from the first in any count, chunk start, kv_len "
+                                 "or block table: the replay would prove nothing");
+    }
+  }
+  std::vector<bool> captured(s.layers.size(), false);
 
   std::map<std::string, CheckResult> checks;
   for (const PlannedCheck& p : plan_checks(s, opt.profile)) {
@@ -243,12 +276,45 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       progress.say(fmt::format("layer {}/{} run {}{}", layer + 1, s.layers.size(), rep + 1,
                                loop.warming() ? " (warm-up)" : ""));
       loop.record(run_once(0));
-      if (opt.profile || rep != 0) continue;
+      if (opt.profile || rep != 0 || graph) continue;  // under --graph the checks read the replay
       first = backend->read_layer(layer);
       res.output_checksums.push_back(fmt::format("{:016x}", outputs_checksum(first)));
       if (on(kCheckScratchGuard))
         check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(), backend->read_arena(),
                             layer, checks[kCheckScratchGuard]);
+    }
+    if (graph) {
+      // Capture once (prepare on batch 1 first), then replay under the same timing
+      // policy: the checks read the first replay; each replay is timed as the whole
+      // layer between two marks, so launch gaps do not count.
+      const uint64_t h_ptrs = backend->scratch_base() + img.plan.h_state_ptrs;
+      backend->reset_layer(layer);
+      if (!attn) backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
+      backend->capture_layer(layer, kernel_meta, h_ptrs);
+      captured[l] = true;
+      SampleLoop replays(res.timing);
+      for (int r = 0; replays.more(); ++r) {
+        progress.say(fmt::format("layer {}/{} graph replay {}", layer + 1, s.layers.size(), r + 1));
+        backend->reset_layer(layer);
+        if (!attn) backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
+        replays.record({{"graph_replay", backend->replay_layer(layer, kernel_meta, h_ptrs)}});
+        if (r > 0) continue;
+        first = backend->read_layer(layer);
+        res.output_checksums.push_back(fmt::format("{:016x}", outputs_checksum(first)));
+        if (on(kCheckScratchGuard))
+          check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(), backend->read_arena(),
+                              layer, checks[kCheckScratchGuard]);
+      }
+      for (KernelTiming& t : replays.summaries(layer)) {
+        // The layer's work: the sum of its kernels' counts.
+        for (const char* k : attn ? std::vector<const char*>{"rope", "kv_write", "attention"}
+                                  : std::vector<const char*>{"conv1d", "gdn"}) {
+          const WorkCount w = count_work(k, batch, shape);
+          t.flops += w.flops;
+          t.bytes += w.bytes;
+        }
+        res.timings.push_back(t);
+      }
     }
     // The clocks right after each layer's timed runs (before the CPU reference lets
     // the GPU idle): the last layer's, with the throttle reasons seen after any layer.
@@ -276,27 +342,15 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     }
     progress.say(fmt::format("layer {}/{} reference", layer + 1, s.layers.size()));
     TraceRange ref_range("reference+checks");
-    if (attn) {
-      const AttnReference ref = attention_reference(batch, shape, layer, ref_sample, s.seed);
-      if (on(kCheckNumeric) || on(kCheckCausalBound)) {
-        CheckResult numeric = checks[kCheckNumeric], causal = checks[kCheckCausalBound];
-        check_attention(batch, shape, layer, ref, first, s.tol_bf16, staged_kv_lens, numeric, causal);
-        if (on(kCheckNumeric)) checks[kCheckNumeric] = numeric;
-        if (on(kCheckCausalBound)) checks[kCheckCausalBound] = causal;
-      }
-      if (on(kCheckKvWrite)) check_kv_write(batch, shape, layer, ref, first, checks[kCheckKvWrite]);
-      if (on(kCheckPositions)) check_rope_sections(batch, shape, layer, first, checks[kCheckPositions]);
-    } else {
-      const GdnReference ref = gdn_reference(batch, shape, layer, backend->gdn_precision(layer));
-      if (on(kCheckNumeric) || on(kCheckState)) {
-        CheckResult numeric = checks[kCheckNumeric], state = checks[kCheckState];
-        check_gdn(batch, shape, layer, ref, first, s.tol_bf16, numeric, state);
-        if (on(kCheckNumeric)) checks[kCheckNumeric] = numeric;
-        if (on(kCheckState)) checks[kCheckState] = state;
-      }
-    }
+    check_layer(s, batch, shape, layer, *backend, first, ref_sample, staged_kv_lens, checks);
+  }
+  if (graph) {
+    progress.say("graph: second batch");
+    TraceRange r("graph second batch");
+    run_graph_second_batch(s, batch2, *backend, true_plan.capacity, faults, ref_sample, checks, captured, graph_check);
   }
   for (const std::string& name : all_check_names()) res.checks.push_back(checks[name]);
+  if (opt.graph) res.checks.push_back(graph_check);
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }

@@ -10,6 +10,7 @@
 #include "check_result.h"
 #include "faults.h"
 #include "gpu_clocks.h"
+#include "graph_bucket.h"
 #include "resource_estimate.h"
 #include "scenario.h"
 #include "timing.h"
@@ -26,11 +27,22 @@ struct RunOptions {
   std::optional<bool> l2_flush;          // --l2 cold|hot; unset: the scenario's run.l2_flush
   bool progress = false;         // progress lines on stderr
   bool profile = false;          // one warm iteration, no checks (a clean timeline)
+  bool graph = false;            // --graph: capture each layer, check the replays and a second batch of the bucket
 };
 
 struct StreamSummary {
   int chunk_start = 0, count = 0, kv_len = 0, blocks = 0;
   bool has_image = false;
+};
+
+// --graph (docs/DESIGN.md "Graph mode"): what was captured and the bucket's second batch.
+struct GraphRun {
+  bool requested = false;  // --graph was given
+  bool captured = false;   // the library declares PB_CAP_GRAPH: the layers were captured and replayed
+  std::string clock;       // what timed the replays: "cuda events" or "host clock"
+  std::vector<StreamSummary> batch2;  // the second batch's streams
+  uint64_t batch2_inputs_checksum = 0;
+  BucketDiff diff;         // what differs from batch 1
 };
 
 // A layer the kernel library does not run (supports() said no), with its reason.
@@ -55,7 +67,7 @@ struct RunResult {
   uint64_t inputs_checksum = 0;
   int ref_sample = 0;              // 0: full reference
   std::vector<CheckResult> checks;
-  std::vector<KernelTiming> timings;
+  std::vector<KernelTiming> timings;  // under --graph also "graph_replay" per layer: the captured entries replayed
   // How the kernels were timed (lib/timing.h): the policy, the L2 mode actually
   // used ("cold" only where the memory flushes L2; the host backend is "hot"), and
   // GPU 0's clocks before and after the timed runs (not read on host).
@@ -63,6 +75,7 @@ struct RunResult {
   std::string l2 = "hot";
   uint64_t l2_flush_bytes = 0;
   ClockSnapshot clocks_before, clocks_after;
+  GraphRun graph;
   double wall_s = 0;
   // Set when the run stopped on an error before its checks ended (an internal
   // error, out of memory): the verdict is then "error" (verdict.h).

@@ -530,6 +530,7 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
     if (!opt.run.kernels.empty())
       run_args.insert(run_args.end(), {"--kernels", fs::absolute(opt.run.kernels).lexically_normal().string()});
     if (!opt.run.impl.empty()) run_args.insert(run_args.end(), {"--impl", opt.run.impl});
+    if (opt.run.graph) run_args.push_back("--graph");
     for (const FaultInfo& f : all_faults())
       if (opt.run.inject.has(f.fault)) run_args.insert(run_args.end(), {"--inject", f.name});
     // The ceilings the points were validated against hold when they run.

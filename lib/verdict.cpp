@@ -16,7 +16,14 @@ Verdict verdict(const RunResult& r) {
     any_ran = true;
     if (!c.passed) return Verdict::failed;
   }
+  if (requested_check_not_run(r)) return Verdict::not_checked;
   return any_ran ? Verdict::passed : Verdict::not_checked;
+}
+
+bool requested_check_not_run(const RunResult& r) {
+  if (!r.graph.requested || !r.error.empty()) return false;
+  const CheckResult* g = r.check(kCheckGraph);
+  return !g || !g->ran;
 }
 
 Verdict verdict(const std::vector<RunResult>& runs) {
@@ -56,7 +63,7 @@ int exit_code(const std::vector<RunResult>& runs) {
   for (const RunResult& r : runs) {
     const Verdict v = verdict(r);
     if (v == Verdict::error) return kExitInternal;
-    failed = failed || v == Verdict::failed;
+    failed = failed || v == Verdict::failed || requested_check_not_run(r);
   }
   return failed ? kExitFailed : kExitOk;
 }

@@ -17,6 +17,9 @@ enum class Verdict {
 };
 
 Verdict verdict(const RunResult& run);
+// A check the run was asked for could not run: --graph on a library without
+// PB_CAP_GRAPH. Such a run is never passed: verdict not_checked, exit 1.
+bool requested_check_not_run(const RunResult& run);
 // The suite: error if any run errs, else failed if any failed, else not_checked if
 // any run was not checked, else passed (an empty suite is not_checked).
 Verdict verdict(const std::vector<RunResult>& runs);
@@ -28,12 +31,12 @@ const char* verdict_label(Verdict v);
 
 // The exit codes of the whole tool, one meaning each, the same for every subcommand.
 constexpr int kExitOk = 0;        // every requested check ran and passed (or nothing to check was asked)
-constexpr int kExitFailed = 1;    // a check failed, or compare found a regression
+constexpr int kExitFailed = 1;    // a check failed (or a requested one could not run), or compare found a regression
 constexpr int kExitBadInput = 2;  // bad input, usage or I/O (an unwritable output included)
 constexpr int kExitInternal = 3;  // an internal error (an unexpected exception, out of memory)
 
 // The exit code of a finished suite: 3 when a run hit an internal error, 1 when a
-// check failed, else 0 (a profile run that completed is 0: it did what was asked).
+// check failed or a requested check could not run, else 0 (a profile run that completed is 0: it did what was asked).
 int exit_code(const std::vector<RunResult>& runs);
 
 }  // namespace pb

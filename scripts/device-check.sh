@@ -104,6 +104,36 @@ PY
   fi
 fi
 
+# Graph mode (docs/DESIGN.md "Graph mode"): every scenario captured, replayed, and
+# replayed again on the bucket's second batch; the graph check and graph_replay timings.
+if [[ "$skip" != *" graph "* ]]; then
+  echo "== scenarios with --graph [$(elapsed)]"
+  mkdir -p "$work/json-graph"
+  for f in "${scenarios[@]}"; do
+    [ -f "$f" ] || continue
+    name="$(basename "$f" .yaml)"
+    timeout "$scn_timeout" "$B/prefill-bench" run "$f" --backend cuda --graph --no-color \
+      --json "$work/json-graph/$name.json" > "$work/logs/$name.graph.txt" 2>&1
+    echo "-- $name (--graph): exit $? [$(elapsed)]"
+  done
+  if command -v python3 >/dev/null; then
+    python3 - "$work/json-graph" <<'PY' | tee -a "$out/gpu-tests.txt"
+import glob, json, os, sys
+for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    try:
+        r = json.load(open(p))["runs"][0]
+    except Exception as e:
+        print(f"graph {os.path.basename(p)}: unreadable ({e})"); continue
+    g = next((c for c in r["checks"] if c["name"] == "graph"), None)
+    d = r.get("graph", {}).get("batch2_differs", {})
+    t = " ".join(f"L{x['layer']}={x['median_ms']:.4f}" for x in r["timings"] if x["kernel"] == "graph_replay")
+    state = "missing" if g is None else ("not run: " + g["not_run_why"]) if not g["ran"] else ("pass" if g["passed"] else "FAIL")
+    print(f"graph {r['scenario']['name']:<26} {r['verdict']:<11} graph={state} differs="
+          f"{','.join(k for k in ('counts', 'chunk_starts', 'kv_lens', 'block_tables') if d.get(k))} replay_ms {t}")
+PY
+  fi
+fi
+
 if [[ "$skip" != *" sanitizer "* ]]; then
   echo "== compute-sanitizer on smoke [$(elapsed)]"
   : > "$out/sanitizer.txt"

@@ -173,6 +173,17 @@ typedef enum pb_device { PB_DEVICE_HOST = 1, PB_DEVICE_CUDA = 2 } pb_device;
 
 /* Capability flags. */
 #define PB_CAP_SCHEDULE 0x1u /* honours a non-zero `schedule` (another order of the same work) */
+/* Graph-safe (--graph): the layer's timed entries may be captured once into a
+ * CUDA graph (a host library: their args struct recorded) and replayed on later
+ * batches of the same bucket, with prepare_* run before every replay on the
+ * current batch's args. So the timed entries read every per-batch value (counts,
+ * boundaries, kv_lens, tables, work lists) from device memory, the metadata's
+ * arrays or the workspace prepare wrote; they size grids only from the bucket's
+ * constants (batch_size, total_tokens, shapes) and treat chunk_len and
+ * max_blocks_per_seq as capacities; they never read the host copies, copy from
+ * host memory or synchronise. workspace_bytes is the same for every batch of a
+ * bucket. docs/KERNEL-ABI.md "Graph capture". */
+#define PB_CAP_GRAPH 0x2u
 
 typedef struct pb_kernel_table {
   uint32_t abi_version;   /* PB_KERNEL_ABI_VERSION the library was built with */

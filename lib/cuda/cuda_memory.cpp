@@ -85,7 +85,9 @@ class CudaMemory final : public Memory {
     return reinterpret_cast<uint64_t>(p);
   }
   void release_all() override {
-    if (!blocks_.empty()) cudaStreamSynchronize(stream_);
+    if (!blocks_.empty() || !graphs_.empty()) cudaStreamSynchronize(stream_);
+    for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);  // no throw from cleanup
+    graphs_.clear();
     for (void* p : blocks_) cudaFree(p);  // no throw from cleanup
     blocks_.clear();
   }
@@ -123,6 +125,29 @@ class CudaMemory final : public Memory {
     PB_CUDA(cudaMemsetAsync(flush_buf_, ++flush_value_, 2 * l2_bytes_, stream_));
   }
 
+  bool captures() const override { return true; }
+  void capture_begin() override {
+    PB_CUDA(cudaStreamSynchronize(stream_));
+    // Thread-local: an entry that synchronises, allocates or copies from pageable
+    // memory on this thread while it is captured fails the capture (not graph-safe).
+    PB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  }
+  int capture_end() override {
+    cudaGraph_t graph = nullptr;
+    PB_CUDA(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) throw_cuda(e, "cudaGraphInstantiate", __LINE__);
+    graphs_.push_back(exec);
+    return static_cast<int>(graphs_.size()) - 1;
+  }
+  void graph_launch(int id) override {
+    if (id < 0 || id >= static_cast<int>(graphs_.size()))
+      throw std::runtime_error("lib/cuda/cuda_memory.cpp: graph_launch of an unknown graph");
+    PB_CUDA(cudaGraphLaunch(graphs_[id], stream_));
+  }
+
  private:
   static void* ptr(uint64_t a) { return reinterpret_cast<void*>(a); }
   DeviceInfo info_;
@@ -132,6 +157,7 @@ class CudaMemory final : public Memory {
   size_t l2_bytes_ = 0;
   void* flush_buf_ = nullptr;
   unsigned char flush_value_ = 0;
+  std::vector<cudaGraphExec_t> graphs_;
 };
 
 }  // namespace

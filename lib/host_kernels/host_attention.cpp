@@ -157,7 +157,9 @@ void attention(const Options& o, const pb_attn_layer_args& a) {
   for_work(static_cast<int>(items.size()), a.schedule, [&](int it) {
     const Item w = items[it];
     const int begin = rows.begin[w.b], count = rows.count(w.b);
-    const int kv_len = std::clamp(kv_lens[w.b], 0, max_entries * bs);
+    // graph-baked-kv-len: the host copy, current in an eager run, the capture's under a replay.
+    const bool baked = o.graph_baked_kv_len && m.kv_lens_host && uint32_t(w.b) < m.kv_lens_host_count;
+    const int kv_len = std::clamp(baked ? m.kv_lens_host[w.b] : kv_lens[w.b], 0, max_entries * bs);
     const int cs = std::max(kv_len - count, 0);
     // The table is read for up to max_blocks_per_seq + 1 entries (the guard
     // entry after the stream's blocks holds the poison block).

@@ -66,8 +66,9 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
     else if (v == "conv-state-bleed") o.conv_state_bleed = true;
     else if (v == "gdn-state-race") o.gdn_state_race = true;
     else if (v == "grid-short-by-one") o.grid_short_by_one = true;
+    else if (v == "graph-baked-kv-len") o.graph_baked_kv_len = true;
     else {
-      put(msg, msg_len, "pb-host has no fault '" + v + "' (it has causal-off-by-one, conv-state-bleed, gdn-state-race, grid-short-by-one)");
+      put(msg, msg_len, "pb-host has no fault '" + v + "' (it has causal-off-by-one, conv-state-bleed, gdn-state-race, grid-short-by-one, graph-baked-kv-len)");
       return PB_ERR_UNSUPPORTED;
     }
     return PB_OK;
@@ -89,6 +90,7 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
   if (o.conv_state_bleed) d += " fault=conv-state-bleed";
   if (o.gdn_state_race) d += " fault=gdn-state-race";
   if (o.grid_short_by_one) d += " fault=grid-short-by-one";
+  if (o.graph_baked_kv_len) d += " fault=graph-baked-kv-len";
   put(buf, buf_len, d);
   return PB_OK;
 }
@@ -135,7 +137,10 @@ pb_kernel_table make_table() {
   t.name = "pb-host";
   t.version = "1.0.0";
   t.device = PB_DEVICE_HOST;
-  t.capabilities = PB_CAP_SCHEDULE;
+  // Graph-safe: every layer entry reads the per-batch values (cu_seqlens, kv_lens,
+  // tables, slots, positions) from the metadata's arrays, never the host copies,
+  // and max_blocks_per_seq only as a capacity; the workspace depends on total_tokens only.
+  t.capabilities = PB_CAP_SCHEDULE | PB_CAP_GRAPH;
   t.init = init;
   t.teardown = teardown;
   t.supports = supports;

@@ -19,6 +19,7 @@ struct Options {
   bool conv_state_bleed = false;   // conv1d: a stream's window reads the previous stream's rows
   bool gdn_state_race = false;     // gdn: a work item reads a neighbour's state mid-update
   bool grid_short_by_one = false;  // attention and gdn: the grid leaves out the last stream
+  bool graph_baked_kv_len = false; // attention: kv_len from kv_lens_host (baked in at capture), not the device array
 };
 
 // Thrown inside the library, turned into a pb_status at the ABI boundary.
