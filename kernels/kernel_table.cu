@@ -217,8 +217,8 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
 pb_status describe(void* ctx, char* buf, size_t buf_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
   std::string d = "attention=" + std::string(c.attention == "auto" ? "mma(wgmma on sm_90)/fp32 by head_dim"
-                                             : c.attention == "ws" ? "ws(warp-specialized, TMA producer where block_size is a multiple of 8 that divides or is divided by the key tile (128; 64 at d256), cp.async producer otherwise)"
-                                             : c.attention == "ws:cp" ? "ws:cp(warp-specialized, cp.async producer)"
+                                             : c.attention == "ws" ? "ws(experimental, not yet device-verified; warp-specialized, TMA producer where block_size is a multiple of 8 that divides or is divided by the key tile (128; 64 at d256), cp.async producer otherwise)"
+                                             : c.attention == "ws:cp" ? "ws:cp(experimental, not yet device-verified; warp-specialized, cp.async producer)"
                                                                       : c.attention) +
                   " gdn=" + std::string(c.gdn == "auto" ? (kGdnChunkedDefault ? "chunked-tf32/token by shape" : "token") : c.gdn);
   if (c.causal_off_by_one) d += " fault=causal-off-by-one";
