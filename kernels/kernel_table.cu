@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/attention_mma.h"
+#include "kernels/attention_ws.h"
 #include "kernels/gdn_chunked.h"
 #include "kernels/gdn_split.h"
 #include "kernels/kernel_table.h"
@@ -29,7 +30,7 @@ constexpr bool kConvWindowDefault = true;  // device-checked 2026-12-03: bit-ide
 
 struct Ctx {
   bool causal_off_by_one = false, conv_state_bleed = false;
-  std::string attention = "auto";  // auto (mma where the shape allows), fp32, mma, mma:N
+  std::string attention = "auto";  // auto (mma where the shape allows), fp32, mma, mma:N, ws, ws:cp
   std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, split, token
   std::string conv1d = "auto";     // auto, window (where the shape allows), row (the oracle)
   // The plan prepare() made, for the workspace it wrote.
@@ -85,6 +86,11 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
   return attention_mma_supported(shape) ? variant : -2;
 }
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
+// The warp-specialized kernel (attention_ws.cu) when asked for and the shape and
+// device allow it; it shares the tensor-core kernel's work list.
+bool attention_ws(const Ctx& c, const LayerShape& shape) {
+  return c.attention.rfind("ws", 0) == 0 && attention_ws_supported(shape);
+}
 bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
   const bool want = c.gdn == "chunked" || (c.gdn == "auto" && kGdnChunkedDefault);
   return want && gdn_chunked_supports(shape);
@@ -208,12 +214,16 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
     return PB_OK;
   }
   if (k == "attention") {
-    bool ok = v == "auto" || v == "fp32" || v == "mma";
+    bool ok = v == "auto" || v == "fp32" || v == "mma" || v == "ws" || v == "ws:cp";
     if (v.rfind("mma:", 0) == 0 && v.size() > 4 && v.size() <= 6) {
       ok = v.find_first_not_of("0123456789", 4) == std::string::npos;
     }
     if (!ok) {
-      put(msg, msg_len, "pb-cuda attention variants: auto, fp32, mma, mma:N (not '" + v + "')");
+      put(msg, msg_len, "pb-cuda attention variants: auto, fp32, mma, mma:N, ws, ws:cp (not '" + v + "')");
+      return PB_ERR_UNSUPPORTED;
+    }
+    if (v.rfind("ws", 0) == 0 && !attention_wgmma_available()) {
+      put(msg, msg_len, "pb-cuda attention=" + v + " needs a compute capability 9.0 device (sm_90a: wgmma, TMA)");
       return PB_ERR_UNSUPPORTED;
     }
     c.attention = v;
@@ -241,7 +251,10 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
 
 pb_status describe(void* ctx, char* buf, size_t buf_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
-  std::string d = "attention=" + std::string(c.attention == "auto" ? "mma(wgmma on sm_90)/fp32 by head_dim" : c.attention) +
+  std::string d = "attention=" + std::string(c.attention == "auto" ? "mma(wgmma on sm_90)/fp32 by head_dim"
+                                             : c.attention == "ws" ? "ws(experimental, not yet device-verified; warp-specialized, TMA producer where block_size is a multiple of 8 that divides or is divided by the key tile (128; 64 at d256), cp.async producer otherwise)"
+                                             : c.attention == "ws:cp" ? "ws:cp(experimental, not yet device-verified; warp-specialized, cp.async producer)"
+                                                                      : c.attention) +
                   " gdn=" + std::string(c.gdn == "auto" ? (kGdnChunkedDefault ? "chunked-tf32/token by shape" : "token") : c.gdn);
   d += " conv1d=" + std::string(conv1d_impl(c) == Conv1dImpl::window ? "window(d_conv<=4)/row" : "row");
   if (c.causal_off_by_one) d += " fault=causal-off-by-one";
@@ -353,6 +366,8 @@ pb_status attention(void* ctx, const pb_attn_layer_args* a, void* stream, char* 
   args.causal_off_by_one = c.causal_off_by_one;
   args.variant = variant;
   const auto st = static_cast<cudaStream_t>(stream);
+  if (attention_ws(c, shape))
+    return from_cuda(launch_attention_ws(st, args, c.attention == "ws"), "attention (warp-specialized)", msg, msg_len);
   const cudaError_t e = variant != -2 ? launch_attention_mma(st, args) : launch_attention(st, args);
   return from_cuda(e, variant != -2 ? "attention (tensor cores)" : "attention (fp32)", msg, msg_len);
 }

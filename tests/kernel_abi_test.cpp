@@ -94,6 +94,32 @@ TEST(CudaLibrary, Conv1dVariants) {
 // gdn-state-race: each work item reads its neighbour's state before updating
 // its own. The determinism rerun runs the work in reverse, so the race shows
 // on every run, not by luck of the thread timing.
+// Our CUDA library's warp-specialized attention (--impl attention=ws|ws:cp): taken
+// where the device runs sm_90a (wgmma, TMA) and then named by describe(), refused
+// with that reason anywhere else; a misspelt variant is refused with the list.
+TEST(CudaLibrary, WarpSpecializedAttentionOption) {
+  const pb_kernel_table* t = cuda_kernel_table();
+  if (!t) GTEST_SKIP() << "built without CUDA";
+  void* ctx = nullptr;
+  char msg[512] = {};
+  ASSERT_EQ(t->init(&ctx, msg, sizeof msg), PB_OK);
+  EXPECT_EQ(t->set_option(ctx, "attention", "ws:x", msg, sizeof msg), PB_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(msg).find("ws, ws:cp"), std::string::npos) << msg;
+  for (const char* v : {"ws", "ws:cp"}) {
+    msg[0] = 0;
+    const pb_status st = t->set_option(ctx, "attention", v, msg, sizeof msg);
+    if (st == PB_OK) {
+      char d[1024] = {};
+      ASSERT_EQ(t->describe(ctx, d, sizeof d), PB_OK);
+      EXPECT_NE(std::string(d).find(std::string("attention=") + v + "("), std::string::npos) << d;
+    } else {
+      EXPECT_EQ(st, PB_ERR_UNSUPPORTED);
+      EXPECT_NE(std::string(msg).find("compute capability 9.0"), std::string::npos) << msg;
+    }
+  }
+  EXPECT_EQ(t->teardown(ctx, msg, sizeof msg), PB_OK);
+}
+
 TEST(Schedule, SameLaunchRaceCaughtEveryRun) {
   for (int i = 0; i < 4; ++i) {
     RunOptions opt;

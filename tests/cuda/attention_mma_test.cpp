@@ -18,10 +18,13 @@
 #include <vector>
 
 #include "kernels/attention_mma.h"
+#include "kernels/attention_ws.h"
 #include "kernels/kernels.h"
 #include "lib/bf16.h"
 
 namespace {
+// Pseudo-variants of run(): the warp-specialized kernel (attention_ws.cu).
+constexpr int kWsCp = 1000, kWs = 1001;
 
 int g_failures = 0;
 void fail(const std::string& what) {
@@ -172,7 +175,8 @@ struct Problem {
   void set_kv_len(int b, int32_t value) { CK(cudaMemcpy(d_kv + b, &value, 4, cudaMemcpyHostToDevice)); }
   void restore_kv_lens() { CK(cudaMemcpy(d_kv, kv.data(), kv.size() * 4, cudaMemcpyHostToDevice)); }
 
-  // variant < 0: the fp32 kernel. Output poisoned with NaN first.
+  // variant < 0: the fp32 kernel; kWs / kWsCp: the warp-specialized kernel with
+  // its TMA producer / cp.async only. Output poisoned with NaN first.
   std::vector<uint16_t> run(int variant, bool off_by_one = false) {
     CK(pb::kernels::launch_fill_u16(nullptr, d_out, q.size(), pb::kBf16PoisonBits));
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
@@ -201,8 +205,9 @@ struct Problem {
     a.scale = scale;
     a.causal_off_by_one = off_by_one;
     a.variant = variant;
-    const cudaError_t e =
-        variant < 0 ? pb::kernels::launch_attention(nullptr, a) : pb::kernels::launch_attention_mma(nullptr, a);
+    const cudaError_t e = variant < 0        ? pb::kernels::launch_attention(nullptr, a)
+                          : variant >= kWsCp ? pb::kernels::launch_attention_ws(nullptr, a, variant == kWs)
+                                             : pb::kernels::launch_attention_mma(nullptr, a);
     CK(e);
     CK(cudaDeviceSynchronize());
     CK(cudaGetLastError());
@@ -449,6 +454,13 @@ int main() {
           (v.variant == 0 || v.variant == pb::kernels::kFirstWgmmaVariant ||
            v.variant == pb::kernels::attention_mma_default_variant(c.head_dim)))
         check_nan_semantics(P, v.variant, v.name);
+    }
+    if (pb::kernels::attention_ws_supported(P.shape)) {
+      const bool tma = pb::kernels::attention_ws_tma_rows(P.shape) > 0;
+      check_numeric(P, kWs, ref32, tma ? "ws (TMA)" : "ws (cp.async: block size)");
+      check_numeric(P, kWsCp, ref32, "ws:cp");
+      check_nan_semantics(P, kWs, tma ? "ws (TMA)" : "ws (cp.async: block size)");
+      check_nan_semantics(P, kWsCp, "ws:cp");
     }
   }
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);

@@ -1,0 +1,633 @@
+// attention_ws.cu: version 4 of the paged varlen causal GQA attention, after
+// FlashAttention-3: a CTA of three warpgroups owns one work item (stream,
+// q-tile) and one kv head, 128 query vectors (heads packed into M) exactly as
+// the wgmma kernel (version 3), so the same longest-first work list serves it.
+//   warpgroup 0, producer (setmaxnreg down to 40): one warp loads K and V tiles
+//     through the stream's block table into an S-stage shared-memory ring, K and
+//     V with their own full/empty mbarriers. An in-bound tile whose pieces lie
+//     in valid blocks goes by TMA (one box per cache block piece and 64-dim
+//     slab, 128-byte swizzle, completion counted in bytes on the full barrier);
+//     a tile crossing the causal bound or with a bad block id goes by cp.async
+//     and st.shared (zeros past the bound, NaN for a bad block), fenced to the
+//     async proxy before the arrival.
+//   warpgroups 1 and 2, consumers (setmaxnreg up to 232): each owns 64 query
+//     vectors; S = Q K^T as wgmma from shared memory; online softmax in fp32
+//     (base 2); P rounded to bf16 in registers as the A operand of O += P V.
+//     Inside a warpgroup the next tile's S wgmma is issued with the previous
+//     tile's P V wgmma before the softmax (wait_group 1); between the two
+//     warpgroups named barriers hand the tensor cores over in turn (ping-pong),
+//     so one's softmax runs under the other's wgmma.
+// Invariants (those of attention_mma.cu): every bound from device memory; keys
+// past a tile's last bound are zero in shared memory; a bad block id or table
+// index reads as NaN without a dereference; causal tiles above the diagonal are
+// skipped, only tiles crossing a row's bound are masked; the roundings are the
+// lp contract's (docs/TOLERANCES.md): bf16 q/k/v, fp32 S and softmax, P to
+// bf16 before P V, the output to bf16.
+#include <cuda.h>  // CUtensorMap and its enums (the encoder comes from the runtime)
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+
+#include "kernels/attention_mma.h"
+#include "kernels/attention_ws.h"
+#include "kernels/common.cuh"
+#include "kernels/wgmma.cuh"
+
+namespace pb::kernels {
+
+struct WsConfig {
+  static constexpr int kConsumers = 2;                  // consumer warpgroups, 64 query vectors each
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kBlockM = 64 * kConsumers;       // 128: the wgmma kernel's tile, its work list
+  static constexpr int kProducerRegs = 40;              // 128 * 40 + 256 * 232 <= 65536
+  static constexpr int kConsumerRegs = 232;
+};
+
+// Per-head-dim traits: keys per K/V tile and ring depth. Shared memory:
+// Q [D/64][128][64] + K and V rings [S][D/64][N][64] bf16 + 4 S mbarriers
+// (+ 1 KB to align the base to a swizzle atom). d256 keeps N = 64 so Q (64 KB)
+// and two stages of K and V (128 KB) fit; the consumers' registers (O 128,
+// S 32, P 16 per thread) fit 232.
+template <int D_, int BlockN, int Stages>
+struct WsTraits {
+  static constexpr int D = D_;
+  static constexpr int kBlockN = BlockN;
+  static constexpr int kStages = Stages;
+  static constexpr int kBlockM = WsConfig::kBlockM;
+  static constexpr uint32_t kQBytes = kBlockM * D * 2;
+  static constexpr uint32_t kTileBytes = kBlockN * D * 2;
+  static constexpr uint32_t kBarOffset = kQBytes + 2 * kStages * kTileBytes;
+  static constexpr size_t kSmemBytes = kBarOffset + 4 * kStages * 8 + 1024;
+  static_assert(D == 64 || D == 128 || D == 256, "P V is one m64nDk16 wgmma per k-step");
+  static_assert(kBlockN == 64 || kBlockN == 128, "S is one m64nNk16 wgmma per k-step");
+  static_assert(kStages >= 2, "K of tile k + 1 loads while tile k is in use");
+  static_assert(kSmemBytes <= 227 * 1024, "fits an H200 SM's shared memory");
+};
+using WsD64 = WsTraits<64, 128, 3>;
+using WsD128 = WsTraits<128, 128, 2>;
+using WsD256 = WsTraits<256, 64, 2>;
+
+namespace {
+
+struct WsParams {
+  int batch_size, total_tokens, max_blocks_per_seq;
+  int num_q_heads, num_kv_heads;
+  int group, heads_per_cta, head_chunks, rows_per_tile;
+  int block_size, num_blocks;
+  int block_shift;    // log2(block_size) when a power of two, else -1
+  int tma_rows;       // rows of a TMA box; 0: cp.async only
+  int bound_extra;    // 1 under the causal-off-by-one fault
+  float scale_log2;
+  const int32_t* cu_seqlens;
+  const int32_t* kv_lens;
+  const uint64_t* block_table_ptrs;
+  const AttnWorkItem* work;
+  const uint16_t* q_rot;
+  const uint16_t* k_cache;
+  const uint16_t* v_cache;
+  uint16_t* out;
+};
+
+#ifdef PB_WGMMA_ENABLED
+// ---- PTX wrappers: mbarriers, TMA, named barriers, register rebalancing -----
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Returns once the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// One box of a 4-d tensor map into shared memory, counted on `bar` in bytes.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+__device__ __forceinline__ void st_shared16(uint32_t dst, uint32_t w) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(w) : "memory");
+}
+
+// Named barrier ids: 0 is __syncthreads; 1 + c a consumer warpgroup's own;
+// 3 + c the ping-pong turn of consumer c (both consumer warpgroups: 256 threads).
+constexpr int kBarWg = 1, kBarTurn = 3;
+
+template <int N>
+__device__ __forceinline__ void wgmma_s(float (&s)[N / 8][4], uint64_t da, uint64_t db, int scale_d) {
+  if constexpr (N == 64) detail::wgmma_ss_n64(s, da, db, scale_d);
+  else detail::wgmma_ss_n128(s, da, db, scale_d);
+}
+template <int D>
+__device__ __forceinline__ void wgmma_pv(float (&o)[D / 8][4], const uint32_t (&a)[4], uint64_t db) {
+  if constexpr (D == 64) detail::wgmma_rs_n64(o, a, db);
+  else if constexpr (D == 128) detail::wgmma_rs_n128(o, a, db);
+  else detail::wgmma_rs_n256(o, a, db);
+}
+#endif
+
+template <class Tr>
+__global__ void __launch_bounds__(WsConfig::kThreads, 1)
+    attention_ws_kernel(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+                        WsParams p) {
+#ifdef PB_WGMMA_ENABLED
+  using namespace detail;
+  constexpr int D = Tr::D;
+  constexpr int M = Tr::kBlockM;
+  constexpr int N = Tr::kBlockN;
+  constexpr int S = Tr::kStages;
+  constexpr int CH = D / 8;  // 16-byte chunks per head row
+  constexpr int KSTEPS = D / 16;
+  constexpr int NT_S = N / 8;
+  constexpr int NT_O = D / 8;
+  constexpr int KSTEPS_PV = N / 16;
+  constexpr uint32_t kTileBytes = Tr::kTileBytes;
+
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t q_base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // [D/64][M][64]
+  const uint32_t k_base = q_base + Tr::kQBytes;                    // [S][D/64][N][64]
+  const uint32_t v_base = k_base + S * kTileBytes;
+  const uint32_t bar_base = q_base + Tr::kBarOffset;
+  // full_k[s], full_v[s]: the producer's arrival + TMA bytes; empty_k[s], empty_v[s]: one per consumer warp.
+  auto full_bar = [&](int which, int s) { return bar_base + 8u * (which * S + s); };
+  auto empty_bar = [&](int which, int s) { return bar_base + 8u * ((2 + which) * S + s); };
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wg = warp >> 2;
+
+  // The work item: everything below is uniform over the CTA, so an early return
+  // happens before any barrier.
+  const int per_item = p.num_kv_heads * p.head_chunks;
+  const int item = blockIdx.x / per_item;
+  const int yy = blockIdx.x - item * per_item;
+  const int kvh = yy / p.head_chunks;
+  const int hc = yy - kvh * p.head_chunks;
+  const AttnWorkItem w = p.work[item];
+  const int b = w.stream;
+  if (b < 0 || b >= p.batch_size || w.tile < 0) return;
+  const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
+  const int count = sr.count();
+  const int row0 = w.tile * p.rows_per_tile;
+  if (row0 >= count) return;
+  const int nrows = min(p.rows_per_tile, count - row0);
+  const int kv_len = clamp_int(p.kv_lens[b], 0, p.max_blocks_per_seq * p.block_size);
+  const int chunk_start = max(kv_len - count, 0);
+  const int32_t* table = reinterpret_cast<const int32_t*>(p.block_table_ptrs[b]);
+  const int head0 = kvh * p.group + hc * p.heads_per_cta;
+  const int nheads = min(p.heads_per_cta, p.group - hc * p.heads_per_cta);
+  const int base_bound = chunk_start + row0 + p.bound_extra;
+  const int bound_lo = base_bound;
+  const int bound_hi = base_bound + nrows - 1;
+  const int num_tiles = bound_hi / N + 1;
+
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s)
+      for (int which = 0; which < 2; ++which) {
+        mbar_init(full_bar(which, s), 1);
+        mbar_init(empty_bar(which, s), 4 * WsConfig::kConsumers);
+      }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- producer ----
+    setmaxnreg_dec<WsConfig::kProducerRegs>();
+    if (warp != 0) return;
+    const int R = p.tma_rows;
+    const int pieces = R > 0 ? N / R : 0;
+    const size_t kv_row_stride = static_cast<size_t>(p.num_kv_heads) * D;
+    const size_t head_off = static_cast<size_t>(kvh) * D;
+    for (int kt = 0; kt < num_tiles; ++kt) {
+      const int st = kt % S;
+      const uint32_t ph = (kt / S) & 1;
+      const int j0 = kt * N;
+      // TMA when the whole tile is in bound and every piece's block id is valid.
+      bool tma = false;
+      int blk = 0, off = 0;
+      if (pieces > 0 && j0 + N - 1 <= bound_hi) {
+        int ok = 1;
+        if (lane < pieces) {
+          const int j = j0 + lane * R;
+          const int bi = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
+          off = j - bi * p.block_size;
+          blk = bi <= p.max_blocks_per_seq ? __ldg(table + bi) : -1;
+          ok = blk >= 0 && blk < p.num_blocks;
+        }
+        tma = __all_sync(0xffffffffu, ok) != 0;
+      }
+#pragma unroll 1
+      for (int which = 0; which < 2; ++which) {
+        mbar_wait(empty_bar(which, st), ph ^ 1u);
+        const uint32_t dst = (which == 0 ? k_base : v_base) + st * kTileBytes;
+        const uint32_t bar = full_bar(which, st);
+        if (tma) {
+          if (lane == 0) mbar_arrive_expect_tx(bar, kTileBytes);
+          __syncwarp();
+          if (lane < pieces) {
+            const CUtensorMap* map = which == 0 ? &k_map : &v_map;
+#pragma unroll
+            for (int slab = 0; slab < D / 64; ++slab)
+              tma_load_4d(dst + slab * (N * 128) + lane * (R * 128), map, slab * 64, kvh, off, blk, bar);
+          }
+        } else {
+          const uint16_t* cache = which == 0 ? p.k_cache : p.v_cache;
+#pragma unroll 4
+          for (int idx = lane; idx < N * CH; idx += 32) {
+            const int row = idx / CH, ch = idx % CH;
+            const uint32_t d = dst + slab_off<N>(row, ch);
+            const int j = j0 + row;
+            if (j > bound_hi) {
+              st_shared16(d, 0u);
+              continue;
+            }
+            const int bi = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
+            const int bk = bi <= p.max_blocks_per_seq ? __ldg(table + bi) : -1;
+            if (bk < 0 || bk >= p.num_blocks) {
+              st_shared16(d, 0x7fc07fc0u);
+            } else {
+              const size_t slot = static_cast<size_t>(bk) * p.block_size + (j - bi * p.block_size);
+              cp_async16(d, cache + slot * kv_row_stride + head_off + ch * 8);
+            }
+          }
+          cp_async_commit();
+          cp_async_wait<0>();
+          fence_proxy_async();  // this lane's writes -> visible to the consumers' wgmma (async proxy)
+          __syncwarp();
+          if (lane == 0) mbar_arrive(bar);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  setmaxnreg_inc<WsConfig::kConsumerRegs>();
+  const int c = wg - 1;          // consumer index
+  const int ct = tid & 127;      // thread within the warpgroup
+  const int g = lane >> 2, t = lane & 3;
+
+  // Q: this warpgroup's 64 query vectors; padding vectors duplicate a real one.
+  for (int idx = ct; idx < 64 * CH; idx += 128) {
+    const int r = idx / CH, ch = idx % CH;
+    const int v = c * 64 + r;
+    const int rl = min(v / p.heads_per_cta, nrows - 1);
+    const int hh = min(v - (v / p.heads_per_cta) * p.heads_per_cta, nheads - 1);
+    const size_t qrow = static_cast<size_t>(sr.begin + row0 + rl) * p.num_q_heads + head0 + hh;
+    cp_async16(q_base + slab_off<M>(v, ch), p.q_rot + qrow * D + ch * 8);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  named_sync(kBarWg + c, 128);
+
+  const int m0 = c * 64 + (warp & 3) * 16;  // this warp's 16 vectors
+  int bound[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) bound[hr] = base_bound + min((m0 + g + 8 * hr) / p.heads_per_cta, nrows - 1);
+  const uint32_t q_wg = q_base + c * 64 * 128;
+
+  float o[NT_O][4];
+#pragma unroll
+  for (int n = 0; n < NT_O; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.f, 0.f};
+  uint32_t pa[KSTEPS_PV][4];
+  float s[NT_S][4];
+
+  auto issue_pv = [&](int st) {
+    const uint32_t vt = v_base + st * kTileBytes;
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS_PV; ++kk) wgmma_pv<D>(o, pa[kk], gmma_desc(vt + kk * 16 * 128, N * 128, 1024));
+  };
+  auto release = [&](uint32_t bar) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
+
+  // S = Q K^T of tile kt into s (issued, not waited for).
+  auto issue_s = [&](int st) {
+#pragma unroll
+    for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+    wgmma_fence();
+    const uint32_t kt_base = k_base + st * kTileBytes;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks)
+      wgmma_s<N>(s, gmma_desc(q_wg + (ks >> 2) * (M * 128) + (ks & 3) * 32, 16, 1024),
+                 gmma_desc(kt_base + (ks >> 2) * (N * 128) + (ks & 3) * 32, 16, 1024), ks > 0);
+    wgmma_commit();
+  };
+  // Online softmax (base 2) of tile kt's s in place: p = exp2(s * scale_log2 - m);
+  // masked keys get p = 0 explicitly, never exp(-inf - -inf). Returns the rescale
+  // factors of O in alpha.
+  auto softmax = [&](int kt, float (&alpha)[2]) {
+    const int j0 = kt * N;
+    const bool masked_tile = j0 + N - 1 > bound_lo;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      if (masked_tile) {
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (j0 + n * 8 + 2 * t + e > bound[hr]) s[n][2 * hr + e] = -INFINITY;
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < NT_S; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[hr], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new * p.scale_log2;
+      alpha[hr] = fast_exp2(m_run[hr] * p.scale_log2 - m_use);
+      m_run[hr] = m_new;
+      float lsum = 0.f;
+#pragma unroll
+      for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = fast_exp2(fmaf(s[n][2 * hr + e], p.scale_log2, -m_use));
+          lsum += pv;
+          s[n][2 * hr + e] = pv;
+        }
+      l_run[hr] = l_run[hr] * alpha[hr] + lsum;
+    }
+  };
+  // P rounded to bf16: the S accumulator layout is the A fragment layout of P V.
+  auto pack_p = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS_PV; ++kk) {
+      pa[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+  };
+  // Turns on the tensor cores: consumer c waits on barrier kBarTurn + c and then
+  // hands the turn to the other; consumer 1 hands consumer 0 the first turn and
+  // skips the hand-over after its last (every arrival has its wait).
+  auto my_turn = [&]() { named_sync(kBarTurn + c, 256); };
+  auto pass_turn = [&](int kt) {
+    if (!(c == 1 && kt == num_tiles - 1)) named_arrive(kBarTurn + (1 - c), 256);
+  };
+  if (c == 1) named_arrive(kBarTurn + 0, 256);
+
+  {  // tile 0: S alone (O is zero, nothing to rescale)
+    float alpha[2];
+    mbar_wait(full_bar(0, 0), 0);
+    my_turn();
+    issue_s(0);
+    pass_turn(0);
+    wgmma_wait0();
+    release(empty_bar(0, 0));
+    softmax(0, alpha);
+    pack_p();
+  }
+#pragma unroll 1
+  for (int kt = 1; kt < num_tiles; ++kt) {
+    const int st = kt % S, pst = (kt - 1) % S;
+    mbar_wait(full_bar(0, st), (kt / S) & 1);
+    mbar_wait(full_bar(1, pst), ((kt - 1) / S) & 1);  // (no divergent wait between the two issues)
+    my_turn();
+    issue_s(st);  // this tile's S, then the previous tile's O += P V behind it
+    issue_pv(pst);
+    wgmma_commit();
+    pass_turn(kt);
+    wgmma_wait1();  // S is done: K of tile kt is free; the softmax runs under P V
+    release(empty_bar(0, st));
+    float alpha[2];
+    softmax(kt, alpha);
+    wgmma_wait0();  // P V of tile kt - 1 is done: its V is free, O may be rescaled
+    release(empty_bar(1, pst));
+    if (alpha[0] != 1.f || alpha[1] != 1.f) {  // the max moved (skipping x * 1 is exact)
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+    }
+    pack_p();
+  }
+  {  // the last tile's O += P V
+    const int st = (num_tiles - 1) % S;
+    mbar_wait(full_bar(1, st), ((num_tiles - 1) / S) & 1);
+    wgmma_fence();
+    issue_pv(st);
+    wgmma_commit();
+    wgmma_wait0();
+    release(empty_bar(1, st));
+  }
+
+  // out = O / l, rounded to bf16, staged through this warpgroup's own Q rows
+  // (its wgmma reads of them are complete in all four warps), 16-byte stores.
+  float inv_l[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float l = l_run[hr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv_l[hr] = 1.f / l;
+  }
+  named_sync(kBarWg + c, 128);
+  uint32_t* stage = reinterpret_cast<uint32_t*>(smem_raw + (q_base - smem_u32(smem_raw)));
+#pragma unroll
+  for (int n = 0; n < NT_O; ++n) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = m0 + g + 8 * hr;
+      stage[(slab_off<M>(row, n) + 4 * t) / 4] = pack_bf16x2(o[n][2 * hr] * inv_l[hr], o[n][2 * hr + 1] * inv_l[hr]);
+    }
+  }
+  __syncwarp();
+  const uint4* stage4 = reinterpret_cast<const uint4*>(stage);
+#pragma unroll
+  for (int i = 0; i < 16 * CH / 32; ++i) {
+    const int idx = lane + 32 * i;
+    const int r = idx / CH, ch = idx % CH;
+    const int v = m0 + r;
+    const int rl = v / p.heads_per_cta, hh = v - rl * p.heads_per_cta;
+    if (rl >= nrows || hh >= nheads) continue;
+    const uint4 val = stage4[slab_off<M>(v, ch) / 16];
+    uint16_t* dst = p.out + (static_cast<size_t>(sr.begin + row0 + rl) * p.num_q_heads + head0 + hh) * D + ch * 8;
+    *reinterpret_cast<uint4*>(dst) = val;
+  }
+#else
+  __trap();  // built without sm_90a: the launcher never selects this kernel then
+#endif
+}
+
+// cuTensorMapEncodeTiled through the runtime (static cudart, no libcuda at link time).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+    cudaGetLastError();
+  }
+  return fn;
+}
+
+// A [num_blocks, block_size, Hkv, D] bf16 cache as a 4-d tensor map (D fastest),
+// box {64 dims, 1 head, rows, 1 block}, 128-byte swizzle (the wgmma layout).
+cudaError_t encode_cache_map(CUtensorMap* map, const void* cache, const LayerShape& s, int rows) {
+  const auto fn = tensor_map_encoder();
+  if (!fn) return cudaErrorNotSupported;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(s.head_dim), static_cast<cuuint64_t>(s.num_kv_heads),
+                              static_cast<cuuint64_t>(s.block_size), static_cast<cuuint64_t>(s.num_blocks)};
+  const cuuint64_t row = static_cast<cuuint64_t>(s.head_dim) * 2;
+  const cuuint64_t strides[3] = {row, row * s.num_kv_heads, row * s.num_kv_heads * s.block_size};
+  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(rows), 1};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(cache), dims, strides, box, elem,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// The maps of the last (k, v, shape, rows) launched: encoding is host work of a
+// few microseconds, done again only when the caches or the shape change.
+struct MapCache {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int d = 0, hkv = 0, bs = 0, nb = 0, rows = 0;
+  CUtensorMap km{}, vm{};
+};
+
+template <class Tr>
+cudaError_t launch_ws(cudaStream_t stream, const CUtensorMap& km, const CUtensorMap& vm, const WsParams& p,
+                      unsigned grid) {
+  static cudaError_t state = cudaErrorNotReady;
+  if (state == cudaErrorNotReady)
+    state = cudaFuncSetAttribute(attention_ws_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(Tr::kSmemBytes));
+  if (state != cudaSuccess) return state;
+  attention_ws_kernel<Tr><<<grid, WsConfig::kThreads, Tr::kSmemBytes, stream>>>(km, vm, p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool attention_ws_supported(const LayerShape& shape) {
+  return attention_mma_supported(shape) && attention_wgmma_available();
+}
+
+int attention_ws_block_n(int head_dim) {
+  switch (head_dim) {
+    case 64: return WsD64::kBlockN;
+    case 128: return WsD128::kBlockN;
+    case 256: return WsD256::kBlockN;
+    default: return 0;
+  }
+}
+
+int attention_ws_tma_rows(const LayerShape& shape) {
+  const int n = attention_ws_block_n(shape.head_dim), bs = shape.block_size;
+  if (n == 0 || bs <= 0 || bs % 8 != 0) return 0;  // a box lands on whole 1024-byte swizzle atoms
+  if (bs % n == 0) return n;                       // a tile lies inside one block
+  if (n % bs == 0) return bs;                      // a tile is n / bs whole blocks
+  return 0;
+}
+
+cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& a, bool tma) {
+  const LayerShape& shape = a.shape;
+  if (!attention_ws_supported(shape)) return cudaErrorInvalidValue;
+  if (a.num_work <= 0 || a.total_tokens == 0) return cudaSuccess;
+  WsParams p;
+  p.batch_size = static_cast<int>(a.batch_size);
+  p.total_tokens = static_cast<int>(a.total_tokens);
+  p.max_blocks_per_seq = static_cast<int>(a.max_blocks_per_seq);
+  p.num_q_heads = shape.num_q_heads;
+  p.num_kv_heads = shape.num_kv_heads;
+  p.group = shape.num_q_heads / shape.num_kv_heads;
+  p.heads_per_cta = std::min(p.group, WsConfig::kBlockM);
+  p.head_chunks = (p.group + p.heads_per_cta - 1) / p.heads_per_cta;
+  p.rows_per_tile = WsConfig::kBlockM / p.heads_per_cta;
+  if (p.rows_per_tile != attention_mma_rows_per_tile(shape)) return cudaErrorInvalidValue;  // one work list
+  p.block_size = shape.block_size;
+  p.num_blocks = shape.num_blocks;
+  p.block_shift = -1;
+  for (int sh = 0; sh < 31; ++sh)
+    if ((1 << sh) == shape.block_size) p.block_shift = sh;
+  p.tma_rows = tma ? attention_ws_tma_rows(shape) : 0;
+  p.bound_extra = a.causal_off_by_one ? 1 : 0;
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.cu_seqlens = reinterpret_cast<const int32_t*>(a.cu_seqlens);
+  p.kv_lens = reinterpret_cast<const int32_t*>(a.kv_lens);
+  p.block_table_ptrs = reinterpret_cast<const uint64_t*>(a.block_table_ptrs);
+  p.work = a.work;
+  p.q_rot = reinterpret_cast<const uint16_t*>(a.q_rot);
+  p.k_cache = reinterpret_cast<const uint16_t*>(a.k_cache);
+  p.v_cache = reinterpret_cast<const uint16_t*>(a.v_cache);
+  p.out = reinterpret_cast<uint16_t*>(a.out);
+  const long long grid = static_cast<long long>(a.num_work) * shape.num_kv_heads * p.head_chunks;
+  if (grid > 0x7fffffffLL) return cudaErrorInvalidValue;
+
+  static MapCache mc;
+  if (p.tma_rows > 0) {
+    if (mc.k != a.k_cache || mc.v != a.v_cache || mc.d != shape.head_dim || mc.hkv != shape.num_kv_heads ||
+        mc.bs != shape.block_size || mc.nb != shape.num_blocks || mc.rows != p.tma_rows) {
+      mc = MapCache{};
+      cudaError_t e = encode_cache_map(&mc.km, a.k_cache, shape, p.tma_rows);
+      if (e == cudaSuccess) e = encode_cache_map(&mc.vm, a.v_cache, shape, p.tma_rows);
+      if (e != cudaSuccess) {
+        mc = MapCache{};
+        return e;
+      }
+      mc.k = a.k_cache;
+      mc.v = a.v_cache;
+      mc.d = shape.head_dim;
+      mc.hkv = shape.num_kv_heads;
+      mc.bs = shape.block_size;
+      mc.nb = shape.num_blocks;
+      mc.rows = p.tma_rows;
+    }
+  }
+  const unsigned gr = static_cast<unsigned>(grid);
+  switch (shape.head_dim) {
+    case 64: return launch_ws<WsD64>(stream, mc.km, mc.vm, p, gr);
+    case 128: return launch_ws<WsD128>(stream, mc.km, mc.vm, p, gr);
+    case 256: return launch_ws<WsD256>(stream, mc.km, mc.vm, p, gr);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace pb::kernels

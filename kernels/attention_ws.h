@@ -1,0 +1,26 @@
+// attention_ws.h: version 4 of the paged varlen causal GQA attention, the
+// FlashAttention-3 style warp-specialized Hopper kernel (`--impl attention=ws`).
+// Same math contract, work list (plan_attention_mma_work) and invariants as the
+// wgmma kernel of attention_mma.h; sm_90a only.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "kernels/kernels.h"
+
+namespace pb::kernels {
+
+// Head dim 64, 128 or 256, a valid GQA shape, and a device that runs sm_90a.
+bool attention_ws_supported(const LayerShape& shape);
+// Rows of one TMA box (one piece of a K/V tile inside one cache block): the
+// tile's keys or the block size; 0 when the block size does not tile the key
+// tile in pieces of whole 1024-byte swizzle atoms (then the producer copies
+// with cp.async).
+int attention_ws_tma_rows(const LayerShape& shape);
+// Keys per K/V tile at this head dim (the traits table).
+int attention_ws_block_n(int head_dim);
+// Same arguments and semantics as launch_attention_mma; `work` from
+// plan_attention_mma_work. `tma`: the producer loads whole in-bound tiles with
+// TMA where attention_ws_tma_rows(shape) > 0; false: cp.async only.
+cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& args, bool tma);
+
+}  // namespace pb::kernels
