@@ -17,6 +17,7 @@ constexpr const char* kCheckKvWrite = "kv_write";
 constexpr const char* kCheckState = "state";
 constexpr const char* kCheckPositions = "positions";
 constexpr const char* kCheckDeterminism = "determinism";
+constexpr const char* kCheckInvariance = "invariance";
 const std::vector<std::string>& all_check_names();
 
 struct Finding {

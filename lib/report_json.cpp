@@ -152,6 +152,8 @@ json run_json(const RunResult& r) {
     run["skipped_layers"] = skipped_json(r.skipped_layers);
     run["output_checksums"] = r.output_checksums;
   }
+  if (!r.invariance_batches.empty())
+    run["invariance"] = {{"streams", r.invariance_streams}, {"batches", r.invariance_batches}};
   return run;
 }
 

@@ -17,6 +17,7 @@
 #include "check_plan.h"
 #include "checks.h"
 #include "expected_scratch.h"
+#include "invariance.h"
 #include "trace.h"
 #include "verdict.h"
 #include "work_counts.h"
@@ -230,6 +231,9 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   std::vector<uint8_t> expected_scratch =
       expected_scratch_image(batch, mrope, true_plan.capacity, backend->arena_base());
   const size_t true_h = true_plan.h_state_ptrs;
+  // invariance: each layer's co-batched outputs per stream, and the layers not run.
+  std::vector<std::vector<StreamOutputs>> cobatched(s.layers.size());
+  std::vector<bool> skipped(s.layers.size(), false);
 
   for (size_t l = 0; l < s.layers.size(); ++l) {
     const int layer = static_cast<int>(l);
@@ -237,6 +241,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     TraceRange layer_range(fmt::format("L{} {}", layer, attn ? "attn" : "gdn"));
     if (std::string why = backend->unsupported(layer); !why.empty()) {
       res.skipped_layers.push_back({layer, why});
+      skipped[l] = true;
       res.output_checksums.emplace_back();
       continue;
     }
@@ -264,6 +269,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       if (rep == 0) {
         first = backend->read_layer(layer);
         res.output_checksums.push_back(fmt::format("{:016x}", outputs_checksum(first)));
+        if (on(kCheckInvariance)) cobatched[l] = split_by_stream(batch, shape, s.layers[l], first);
         if (on(kCheckScratchGuard))
           check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(),
                               backend->read_arena(), layer, checks[kCheckScratchGuard]);
@@ -303,6 +309,15 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
         if (on(kCheckState)) checks[kCheckState] = state;
       }
     }
+  }
+  if (on(kCheckInvariance)) {
+    progress.say("invariance");
+    backend.reset();  // one backend at a time: each sub-batch gets its own
+    const std::vector<InvarianceBatch> plan = invariance_plan(batch, s.invariance_streams, s.seed);
+    res.invariance_streams = s.invariance_streams;
+    for (const InvarianceBatch& ib : plan) res.invariance_batches.push_back(ib.name);
+    run_invariance(s, batch, plan, [&] { return make_configured_backend(opt, faults); }, faults, cobatched,
+                   skipped, checks[kCheckInvariance]);
   }
   for (const std::string& name : all_check_names()) res.checks.push_back(checks[name]);
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
