@@ -15,6 +15,8 @@
 #include "backend.h"
 #include "reference/reference.h"
 #include "check_result.h"
+#include "host_kernels/host_kernels.h"
+#include "invariance.h"
 
 namespace pb {
 
@@ -130,6 +132,22 @@ Exposure fault_exposure(Fault f, const Scenario& s, const Batch& batch) {
       return Exposure{};
     case Fault::grid_short_by_one:
       return Exposure{};
+    case Fault::batch_dependent_split: {
+      if (!attn) return no("no attention layer");
+      if (!s.checks.empty() && std::count(s.checks.begin(), s.checks.end(), kCheckInvariance) == 0)
+        return no("the scenario does not ask for the invariance check");
+      // Only a stream run alone changes the batch's total tokens; it shows when
+      // that changes the key tile and the stream has more keys than a tile.
+      const int full = host_kernels::batch_dependent_key_tile(batch.total_tokens);
+      for (const InvarianceBatch& ib : invariance_plan(batch, s.invariance_streams, s.seed)) {
+        if (ib.order.size() != 1) continue;
+        const StreamTruth& st = batch.streams[ib.order[0]];
+        const int own = host_kernels::batch_dependent_key_tile(st.count);
+        if (own != full && st.kv_len > std::min(own, full)) return Exposure{};
+      }
+      return no("no stream the invariance check runs alone gets another key tile than the whole batch "
+                "with more keys than one tile");
+    }
   }
   return Exposure{};
 }

@@ -56,13 +56,17 @@ const std::vector<FaultInfo>& all_faults() {
       {Fault::gdn_state_race, "gdn-state-race", kCheckDeterminism,
        "Lets each gdn work item read its neighbour's state before updating its own, so what it reads "
        "depends on which ran first (a same-launch race between one CTA's state update and another's read)."},
+      {Fault::batch_dependent_split, "batch-dependent-split", kCheckInvariance,
+       "Chooses attention's key tile (16 to 64 keys) from the batch's total tokens, so a stream's "
+       "softmax is reduced in other pieces when its batch changes: its bits move, within tolerance (a "
+       "split-KV heuristic fed a batch-wide size). Host backend only."},
   };
   return faults;
 }
 
 bool fault_in_kernels(Fault f) {
   return f == Fault::causal_off_by_one || f == Fault::conv_state_bleed || f == Fault::gdn_state_race ||
-         f == Fault::grid_short_by_one;
+         f == Fault::grid_short_by_one || f == Fault::batch_dependent_split;
 }
 
 const FaultInfo& fault_info(Fault f) { return all_faults().at(static_cast<size_t>(f)); }

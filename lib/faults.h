@@ -21,6 +21,7 @@ enum class Fault {
   mrope_section_swap,       // caller: the kernel reads H positions for the W section and W for H
   grid_short_by_one,        // kernel (pb-host): attention and gdn cover batch_size - 1 streams
   gdn_state_race,           // kernel: a gdn work item reads a neighbour's state mid-update
+  batch_dependent_split,    // kernel (pb-host): attention's key tile chosen from the batch's total tokens
 };
 
 struct FaultInfo {
