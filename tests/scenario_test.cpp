@@ -379,7 +379,7 @@ TEST(ScenarioErrors, FileNotFound) {
 
 TEST(ScenarioFaults, TableIsCompleteAndRoundTrips) {
   const auto& faults = all_faults();
-  ASSERT_EQ(faults.size(), 14u);
+  ASSERT_EQ(faults.size(), 15u);
   std::set<std::string> names;
   for (size_t i = 0; i < faults.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(faults[i].fault), i);
@@ -402,6 +402,7 @@ TEST(ScenarioFaults, TableIsCompleteAndRoundTrips) {
   EXPECT_STREQ(fault_info(Fault::mrope_section_swap).must_trip, "positions");
   EXPECT_STREQ(fault_info(Fault::grid_short_by_one).must_trip, "numeric");
   EXPECT_STREQ(fault_info(Fault::gdn_state_race).must_trip, "determinism");
+  EXPECT_STREQ(fault_info(Fault::batch_dependent_split).must_trip, "invariance");
   EXPECT_THROW(parse_fault("kv_lens_max"), InputError);
 }
 
