@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "batch.h"
 #include "check_result.h"
 
 namespace pb {
@@ -16,6 +17,8 @@ std::string why_not_applicable(const Scenario& s, const std::string& check) {
   if ((check == kCheckKvWrite || check == kCheckCausalBound) && !attn)
     return "no attention layer (layers.pattern holds only gdn)";
   if (check == kCheckState && !gdn) return "no gdn layer (layers.pattern holds only attn)";
+  if (check == kCheckInvariance && resolve_streams(s).size() < 2)
+    return "one stream: alone and reordered it is the same batch";
   return "";
 }
 

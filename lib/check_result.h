@@ -20,6 +20,7 @@ constexpr const char* kCheckDeterminism = "determinism";
 // --graph only (not in all_check_names): the bucket's second batch, restaged into
 // the same scratch and replayed through the same captured layers, passes every check.
 constexpr const char* kCheckGraph = "graph";
+constexpr const char* kCheckInvariance = "invariance";
 const std::vector<std::string>& all_check_names();
 
 struct Finding {

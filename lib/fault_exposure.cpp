@@ -16,6 +16,8 @@
 #include "graph_bucket.h"
 #include "reference/reference.h"
 #include "check_result.h"
+#include "host_kernels/host_kernels.h"
+#include "invariance.h"
 
 namespace pb {
 
@@ -140,6 +142,26 @@ Exposure fault_exposure(Fault f, const Scenario& s, const Batch& batch) {
       return Exposure{};
     case Fault::grid_short_by_one:
       return Exposure{};
+    case Fault::batch_dependent_split: {
+      if (!attn) return no("no attention layer");
+      if (!s.checks.empty() && std::count(s.checks.begin(), s.checks.end(), kCheckInvariance) == 0)
+        return no("the scenario does not ask for the invariance check");
+      // Only a stream run alone changes the batch's total tokens; it shows when
+      // that changes the key tile and the stream has full key tiles (keys before
+      // a query tile's first row: a chunk start past the tile, or more than one
+      // 64-row query tile), whose products then sum in other groups. Keys on the
+      // diagonal are summed one by one whatever the tile, and a short stream's
+      // fp32 differences vanish in its bf16 output.
+      const int full = host_kernels::batch_dependent_key_tile(batch.total_tokens);
+      for (const InvarianceBatch& ib : invariance_plan(batch, s.invariance_streams, s.seed)) {
+        if (ib.order.size() != 1) continue;
+        const StreamTruth& st = batch.streams[ib.order[0]];
+        const int own = host_kernels::batch_dependent_key_tile(st.count);
+        if (own != full && (st.chunk_start >= std::max(own, full) || st.count > 64)) return Exposure{};
+      }
+      return no("no stream the invariance check runs alone both gets another key tile than the whole "
+                "batch and has full key tiles (chunk_start past the tile or more than 64 tokens)");
+    }
   }
   return Exposure{};
 }

@@ -61,13 +61,17 @@ const std::vector<FaultInfo>& all_faults() {
        "instead of the device array: a per-batch value baked into the launch. Eager runs pass (the host copy "
        "is current); under --graph the replay on the bucket's second batch keeps the capture's lengths "
        "(flash-attention's seqlen_k baked into a graph). Host backend only; trips only with --graph."},
+      {Fault::batch_dependent_split, "batch-dependent-split", kCheckInvariance,
+       "Chooses attention's key tile (16 to 64 keys) from the batch's total tokens, so a stream's "
+       "softmax is reduced in other pieces when its batch changes: its bits move, within tolerance (a "
+       "split-KV heuristic fed a batch-wide size). Host backend only."},
   };
   return faults;
 }
 
 bool fault_in_kernels(Fault f) {
   return f == Fault::causal_off_by_one || f == Fault::conv_state_bleed || f == Fault::gdn_state_race ||
-         f == Fault::grid_short_by_one || f == Fault::graph_baked_kv_len;
+         f == Fault::grid_short_by_one || f == Fault::graph_baked_kv_len || f == Fault::batch_dependent_split;
 }
 
 const FaultInfo& fault_info(Fault f) { return all_faults().at(static_cast<size_t>(f)); }

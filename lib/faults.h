@@ -22,6 +22,7 @@ enum class Fault {
   grid_short_by_one,        // kernel (pb-host): attention and gdn cover batch_size - 1 streams
   gdn_state_race,           // kernel: a gdn work item reads a neighbour's state mid-update
   graph_baked_kv_len,       // kernel (pb-host): attention takes kv_len from the host copy baked in at capture
+  batch_dependent_split,    // kernel (pb-host): attention's key tile chosen from the batch's total tokens
 };
 
 struct FaultInfo {

@@ -198,6 +198,8 @@ json run_json(const RunResult& r) {
                       {"inputs", d.inputs},
                       {"note", d.note}}}};
   }
+  if (!r.invariance_batches.empty())
+    run["invariance"] = {{"streams", r.invariance_streams}, {"batches", r.invariance_batches}};
   return run;
 }
 

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "check_result.h"
 #include "staged_layout.h"
 
 namespace pb {
@@ -122,6 +123,7 @@ ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamS
 
   ResourceEstimate e;
   double host_inputs = 0, ref_layer = 0, read_layer = 0;
+  double cobatched = 0;  // invariance: every layer's outputs kept per stream
   std::string layer_field = "streams";  // what drives the per-layer items: the KV cache or the streams
   if (A) {
     const uint64_t q = z.tensor({T, Hq, D}, "q (total tokens x num_q_heads x head_dim)", "streams");
@@ -130,6 +132,7 @@ ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamS
     const uint64_t cache = z.tensor({NB, bs, Hkv, D}, "the paged KV cache (num_blocks x block_size x num_kv_heads x head_dim)",
                                     kv_field);
     host_inputs += double(A) * 2 * (double(q) + 2.0 * k + 2.0 * prior);
+    cobatched += double(A) * 2 * (double(q) + 2.0 * k);
     e.device.push_back({fmt::format("attention tensors ({} layers: q, k, v, roped q and k, out)", A), "streams",
                         double(A) * 2 * (2.0 * q + 2.0 * k + q + k + k)});
     e.device.push_back({fmt::format("KV caches ({} layers x initial and live K and V)", A), kv_field,
@@ -151,6 +154,7 @@ ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamS
     const uint64_t conv = z.tensor({N, C, W}, "conv_state of all streams", "streams");
     const uint64_t out = z.tensor({T, uint64_t(g.num_v_heads), uint64_t(g.v_dim)}, "gdn out", "streams");
     host_inputs += double(G) * (2.0 * x + 2.0 * C * (W + 1) + 8.0 * gb + 4.0 * states + 2.0 * conv);
+    cobatched += double(G) * (2.0 * out + 4.0 * states + 2.0 * conv);
     e.device.push_back({fmt::format("gdn tensors ({} layers: x, conv out, weights, g, beta, out)", G), "streams",
                         double(G) * (4.0 * x + 2.0 * C * (W + 1) + 8.0 * gb + 2.0 * out)});
     e.device.push_back({fmt::format("gdn states ({} layers x initial and live h_state, conv_state)", G), "streams",
@@ -162,6 +166,9 @@ ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamS
                       double(G) * 2 * 4.0 * double(T) * g.num_v_heads * g.k_dim * g.v_dim});
   }
   e.host.push_back({"generated inputs of every layer", "streams", host_inputs});
+  if (N >= 2 && (s.checks.empty() || std::count(s.checks.begin(), s.checks.end(), kCheckInvariance)))
+    e.host.push_back({"invariance check (a sub-batch's inputs, every layer's co-batched outputs)", "streams",
+                      host_inputs + cobatched});
   e.host.push_back({"one layer's reference", layer_field, ref_layer});
   e.host.push_back({"one layer's read-backs (checked run and determinism rerun)", layer_field, read_layer});
 

@@ -54,6 +54,7 @@ enum RngPurpose : uint64_t {
   kRngBlocks = 2,    // physical block permutation
   kRngTensors = 3,   // layer tensors (per layer: kRngTensors * 1000 + layer)
   kRngSample = 4,    // reference row sampling
+  kRngInvariance = 5,  // the streams the invariance check runs alone
 };
 
 }  // namespace pb

@@ -19,6 +19,7 @@
 #include "checks.h"
 #include "expected_scratch.h"
 #include "graph_run.h"
+#include "invariance.h"
 #include "trace.h"
 #include "verdict.h"
 #include "work_counts.h"
@@ -247,6 +248,9 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   std::vector<uint8_t> expected_scratch =
       expected_scratch_image(batch, mrope, true_plan.capacity, backend->arena_base());
   const size_t true_h = true_plan.h_state_ptrs;
+  // invariance: each layer's co-batched outputs per stream, and the layers not run.
+  std::vector<std::vector<StreamOutputs>> cobatched(s.layers.size());
+  std::vector<bool> skipped(s.layers.size(), false);
 
   for (size_t l = 0; l < s.layers.size(); ++l) {
     const int layer = static_cast<int>(l);
@@ -254,6 +258,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     TraceRange layer_range(fmt::format("L{} {}", layer, attn ? "attn" : "gdn"));
     if (std::string why = backend->unsupported(layer); !why.empty()) {
       res.skipped_layers.push_back({layer, why});
+      skipped[l] = true;
       res.output_checksums.emplace_back();
       continue;
     }
@@ -316,6 +321,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
         res.timings.push_back(t);
       }
     }
+    if (!opt.profile && on(kCheckInvariance)) cobatched[l] = split_by_stream(batch, shape, s.layers[l], first);
     // The clocks right after each layer's timed runs (before the CPU reference lets
     // the GPU idle): the last layer's, with the throttle reasons seen after any layer.
     if (!host) {
@@ -348,6 +354,15 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     progress.say("graph: second batch");
     TraceRange r("graph second batch");
     run_graph_second_batch(s, batch2, *backend, true_plan.capacity, faults, ref_sample, checks, captured, graph_check);
+  }
+  if (on(kCheckInvariance)) {
+    progress.say("invariance");
+    backend.reset();  // one backend at a time: each sub-batch gets its own
+    const std::vector<InvarianceBatch> plan = invariance_plan(batch, s.invariance_streams, s.seed);
+    res.invariance_streams = s.invariance_streams;
+    for (const InvarianceBatch& ib : plan) res.invariance_batches.push_back(ib.name);
+    run_invariance(s, batch, plan, [&] { return make_configured_backend(opt, faults); }, faults, cobatched,
+                   skipped, checks[kCheckInvariance]);
   }
   for (const std::string& name : all_check_names()) res.checks.push_back(checks[name]);
   if (opt.graph) res.checks.push_back(graph_check);

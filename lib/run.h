@@ -66,6 +66,8 @@ struct RunResult {
   uint64_t staged_bytes = 0;
   uint64_t inputs_checksum = 0;
   int ref_sample = 0;              // 0: full reference
+  int invariance_streams = 0;      // invariance.streams (when the check ran)
+  std::vector<std::string> invariance_batches;  // the sub-batches it ran: "reversed", "stream 3 alone"
   std::vector<CheckResult> checks;
   std::vector<KernelTiming> timings;  // under --graph also "graph_replay" per layer: the captured entries replayed
   // How the kernels were timed (lib/timing.h): the policy, the L2 mode actually

@@ -99,6 +99,10 @@ struct Scenario {
   ModelSpec model;
   std::vector<LayerKind> layers;  // pattern x repeat, expanded
   std::vector<StreamSource> streams;
+  // streams: {from_jsonl: FILE, line: N}: the file (resolved against the
+  // scenario's directory) and the 1-based line the streams came from; "" / 0 otherwise.
+  std::string streams_from_jsonl;
+  int streams_line = 0;
   int warmup = 2;
   std::optional<int> repeat;  // run.repeat: exactly this many timed samples; unset: the noise rule
   NoiseRule noise;            // run.noise (lib/timing.h)
@@ -107,6 +111,7 @@ struct Scenario {
   int64_t kv_num_blocks = 0;       // 0: enough for the batch plus spare blocks
   int64_t scratch_capacity = 0;    // bytes; 0: what the layout needs plus guards
   int ref_sample = 0;              // rows per stream and head; 0 = full reference
+  int invariance_streams = 2;      // invariance.streams: streams the invariance check runs alone
   std::vector<std::string> checks; // enabled checks; empty = all
   FaultSet faults;                 // injected faults listed in the file
 

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "batch.h"
+#include "batch_jsonl.h"
 #include "check_plan.h"
 #include "check_result.h"
 #include "scenario.h"
@@ -321,7 +322,7 @@ void Reader::read(const YAML::Node& root) {
     fail(value_mark(root, Mark{1, 1}), "", "expected a map of scenario fields at the top level, found " + found(root));
   const MapView top = map(root, "", value_mark(root, Mark{1, 1}),
                           {"name", "description", "seed", "model", "layers", "streams", "run",
-                           "tolerances", "kv_cache", "scratch", "reference", "checks", "faults"});
+                           "tolerances", "kv_cache", "scratch", "reference", "invariance", "checks", "faults"});
   guard([&] { s_.name = string(need(top, "name"), "name", mark_of(top, "name"), false); });
   if (top.has("description"))
     guard([&] {
@@ -389,6 +390,11 @@ void Reader::read(const YAML::Node& root) {
     guard([&] {
       const MapView k = map(top.find("reference")->first, "reference", mark_of(top, "reference"), {"sample"});
       s_.ref_sample = int(int_or(k, "sample", 0, kInt32Max, 0));
+    });
+  if (top.has("invariance"))
+    guard([&] {
+      const MapView k = map(top.find("invariance")->first, "invariance", mark_of(top, "invariance"), {"streams"});
+      s_.invariance_streams = int(int_or(k, "streams", 0, kMaxStreams, 2));
     });
   if (top.has("checks")) guard([&] { read_checks(top.find("checks")->first, mark_of(top, "checks")); });
   if (top.has("faults")) guard([&] { read_faults(top.find("faults")->first, mark_of(top, "faults")); });
@@ -602,6 +608,35 @@ StreamGenerator Reader::read_generator(const YAML::Node& v, const std::string& p
 }
 
 void Reader::read_streams(const YAML::Node& v, Mark mark) {
+  if (v.IsMap()) {  // streams: {from_jsonl: FILE, line: N}, an engine-captured batch
+    const MapView m = map(v, "streams", mark, {"from_jsonl", "line"});
+    std::string file;
+    bool ok = guard([&] { file = string(need(m, "from_jsonl"), "streams.from_jsonl", mark_of(m, "from_jsonl"), false); });
+    ok &= guard([&] {
+      if (!m.has("line"))
+        missing(m, "line", "the 1-based line of the file; `prefill-bench sweep --grid line=all` runs every line");
+      s_.streams_line = int(int_at(m, "line", 1, kInt32Max));
+    });
+    if (!ok) already_reported();
+    const size_t slash = file_.find_last_of('/');
+    s_.streams_from_jsonl = file[0] == '/' || slash == std::string::npos ? file : file_.substr(0, slash + 1) + file;
+    std::vector<StreamSpec> specs;
+    try {
+      specs = read_jsonl_batch(s_.streams_from_jsonl, s_.streams_line);
+    } catch (const InputError& e) {
+      std::vector<std::string> problems;
+      for (const std::string& p : e.problems())
+        problems.push_back(p + " (streams.from_jsonl at " + file_ + ":" + std::to_string(mark_of(m, "from_jsonl").line) + ")");
+      throw InputError(problems);
+    }
+    for (StreamSpec& st : specs) {
+      StreamSource src;
+      src.stream = std::move(st);
+      src.mark = mark_of(m, "line");
+      s_.streams.push_back(std::move(src));
+    }
+    return;
+  }
   const auto items = list(v, "streams", mark);
   int64_t total = 0;
   for (size_t i = 0; i < items.size(); ++i) guard([&] {

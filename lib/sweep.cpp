@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "batch.h"
+#include "batch_jsonl.h"
 #include "compare.h"
 #include "input_error.h"
 #include "report.h"
@@ -42,6 +43,7 @@ constexpr const char* kPointsFixture = "sweep.points";
 constexpr int64_t kMaxScaledTokens = int64_t(1) << 20;  // a stream's tokens, as the scenario reader allows
 
 bool is_scale(const std::string& axis) { return axis == "scale"; }
+bool is_line(const std::string& axis) { return axis == "line"; }
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string s;
@@ -53,6 +55,7 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 std::string canonical_value(const std::string& axis, const std::string& text) {
   if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return "";
   char* end = nullptr;
+  if (is_line(axis) && text == "all") return text;
   if (is_scale(axis)) {
     const double v = std::strtod(text.c_str(), &end);
     if (*end != '\0' || !std::isfinite(v) || !(v > 0)) return "";
@@ -243,7 +246,7 @@ std::string csv_row(const SweepPointResult& p, const RunResult* r, const std::st
 
 const std::vector<std::string>& sweep_axis_names() {
   static const std::vector<std::string> names = {"head_dim", "num_q_heads", "num_kv_heads", "block_size",
-                                                 "scale"};
+                                                 "scale", "line"};
   return names;
 }
 
@@ -266,7 +269,8 @@ std::vector<SweepAxis> parse_grid(const std::vector<std::string>& specs) {
       const std::string c = canonical_value(a.name, v);
       if (c.empty())
         throw InputError(fmt::format("--grid {}: {}: expected {}, found '{}'", spec, a.name,
-                                     is_scale(a.name) ? "a positive number" : "a positive integer", v));
+                                     is_scale(a.name) ? "a positive number"
+                                     : is_line(a.name) ? "a positive integer or all" : "a positive integer", v));
       if (std::find(a.values.begin(), a.values.end(), c) != a.values.end())
         throw InputError(fmt::format("--grid {}: {} value {} listed twice", spec, a.name, c));
       a.values.push_back(c);
@@ -276,6 +280,25 @@ std::vector<SweepAxis> parse_grid(const std::vector<std::string>& specs) {
     axes.push_back(std::move(a));
   }
   return axes;
+}
+
+std::vector<SweepPoint> sweep_points(const Scenario& base, const std::vector<SweepPoint>& points) {
+  std::vector<SweepPoint> out;
+  for (const SweepPoint& p : points) {
+    size_t at = p.values.size();
+    for (size_t k = 0; k < p.values.size(); ++k)
+      if (is_line(p.values[k].first) && p.values[k].second == "all") at = k;
+    if (at == p.values.size() || base.streams_from_jsonl.empty()) {
+      out.push_back(p);  // derive_scenario says why line=all cannot apply
+      continue;
+    }
+    for (int line : jsonl_batch_lines(base.streams_from_jsonl)) {
+      SweepPoint q = p;
+      q.values[at].second = std::to_string(line);
+      out.push_back(std::move(q));
+    }
+  }
+  return out;
 }
 
 std::string SweepPoint::label() const {
@@ -305,6 +328,20 @@ Scenario derive_scenario(const Scenario& base, const SweepPoint& point, std::vec
   s.marks.clear();
   s.name = base.name + "@" + point.label();
   std::vector<std::string> dropped;
+  // line first (it replaces the streams), whatever its place in the grid.
+  for (const auto& [axis, value] : point.values) {
+    if (!is_line(axis)) continue;
+    if (base.streams_from_jsonl.empty())
+      throw InputError(fmt::format("line={}: the scenario's streams are not from_jsonl", value));
+    if (value == "all") throw InputError("line=all: expanded per scenario file (sweep_points)");
+    s.streams.clear();
+    for (StreamSpec& st : read_jsonl_batch(base.streams_from_jsonl, int_value(value))) {
+      StreamSource src;
+      src.stream = std::move(st);
+      s.streams.push_back(std::move(src));
+    }
+    s.streams_line = int_value(value);
+  }
   auto drop_sizes = [&](bool scratch) {
     for (size_t i = 0; i < s.streams.size(); ++i)
       if (s.streams[i].stream && !s.streams[i].stream->blocks.empty()) {
@@ -322,7 +359,9 @@ Scenario derive_scenario(const Scenario& base, const SweepPoint& point, std::vec
   };
   for (const auto& [axis, value] : point.values) {
     ModelSpec& m = s.model;
-    if (axis == "head_dim") {
+    if (is_line(axis)) {
+      continue;  // done above
+    } else if (axis == "head_dim") {
       const int v = int_value(value), old = m.head_dim;
       // rotary_dim keeps its fraction of head_dim; the MRoPE sections theirs of rotary_dim.
       const long long rot = static_cast<long long>(m.rotary_dim) * v;
@@ -351,6 +390,8 @@ Scenario derive_scenario(const Scenario& base, const SweepPoint& point, std::vec
       // Generators become the explicit streams they drew, so every stream's count scales exactly.
       std::vector<StreamSpec> resolved = resolve_streams(s);
       s.streams.clear();
+      s.streams_from_jsonl.clear();  // the scaled streams are written out explicitly
+      s.streams_line = 0;
       for (size_t b = 0; b < resolved.size(); ++b) {
         StreamSpec& st = resolved[b];
         const double scaled = std::max(1.0, std::round(st.tokens * f));
@@ -396,8 +437,12 @@ std::string scenario_yaml(const Scenario& s, const std::vector<std::string>& com
   for (LayerKind k : pattern) kinds.push_back(k == LayerKind::attn ? "attn" : "gdn");
   y += "layers:\n  pattern: [" + join(kinds, ", ") + "]\n";
   if (repeat > 1) y += fmt::format("  repeat: {}\n", repeat);
-  y += "streams:\n";
+  if (!s.streams_from_jsonl.empty())
+    y += "streams: {from_jsonl: " + yaml_string(fs::absolute(s.streams_from_jsonl).lexically_normal().string()) +
+         fmt::format(", line: {}}}\n", s.streams_line);
+  else y += "streams:\n";
   for (const StreamSource& src : s.streams) {
+    if (!s.streams_from_jsonl.empty()) break;
     if (src.generate) y += "  - " + generator_yaml(*src.generate) + "\n";
     else if (src.stream) y += "  - " + stream_yaml(*src.stream) + "\n";
   }
@@ -414,6 +459,7 @@ std::string scenario_yaml(const Scenario& s, const std::vector<std::string>& com
   if (s.kv_num_blocks) y += fmt::format("kv_cache: {{num_blocks: {}}}\n", s.kv_num_blocks);
   if (s.scratch_capacity) y += fmt::format("scratch: {{capacity_bytes: {}}}\n", s.scratch_capacity);
   if (s.ref_sample) y += fmt::format("reference: {{sample: {}}}\n", s.ref_sample);
+  if (s.invariance_streams != 2) y += fmt::format("invariance: {{streams: {}}}\n", s.invariance_streams);
   if (!s.checks.empty()) y += "checks: [" + join(s.checks, ", ") + "]\n";
   if (!s.faults.empty()) {
     std::vector<std::string> names;
@@ -481,7 +527,7 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
   std::vector<Scenario> derived;  // the reloaded file of each point that runs, in res.points order
   for (size_t i = 0; i < bases.size(); ++i) {
     const std::string stem = fs::path(files[i]).stem().string();
-    for (const SweepPoint& p : points) {
+    for (const SweepPoint& p : sweep_points(bases[i], points)) {
       SweepPointResult pr;
       pr.scenario = bases[i].name;
       pr.source = files[i];

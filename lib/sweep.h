@@ -18,8 +18,9 @@
 namespace pb {
 
 // The axes a grid may hold: head_dim, num_q_heads, num_kv_heads, block_size
-// (positive integers) and scale (a positive number multiplying every stream's
-// token count).
+// (positive integers), scale (a positive number multiplying every stream's
+// token count) and line (a line of the scenario's streams.from_jsonl file, or
+// `all`: every line, see sweep_points).
 const std::vector<std::string>& sweep_axis_names();
 
 struct SweepAxis {
@@ -38,6 +39,9 @@ struct SweepPoint {
 };
 // The cartesian product, the first axis varying slowest.
 std::vector<SweepPoint> grid_points(const std::vector<SweepAxis>& axes);
+// `points` for one scenario: line=all becomes one point per batch line of the
+// scenario's from_jsonl file (line=1, line=2, ...); the rest are unchanged.
+std::vector<SweepPoint> sweep_points(const Scenario& base, const std::vector<SweepPoint>& points);
 
 // `base` at `point`: the fields edited, the name suffixed "@" + label, path and
 // marks cleared. head_dim carries rotary_dim and the MRoPE sections along at

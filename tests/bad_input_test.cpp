@@ -100,6 +100,12 @@ std::vector<Row> rows() {
       "  rotary_dim: 64\n  gdn: {num_k_heads: 16, num_v_heads: 32, k_dim: 128, v_dim: 128, d_conv: 4}\n"
       "layers:\n  pattern: [gdn, gdn, gdn, attn]\nstreams:\n"
       "  - generate: {dist: fixed, count: 2000, tokens: 8, chunk_start: 64}\n";
+  // The good file's streams, and the same file reading line N of tests/bad/batches.jsonl instead.
+  const std::string kStreams = "streams:\n  - tokens: 23\n  - {chunk_start: 9, tokens: 40}\n";
+  auto jsonl = [&](int line) {
+    return replace(g, kStreams, fmt::format("streams: {{from_jsonl: {}/tests/bad/batches.jsonl, line: {}}}\n",
+                                            PB_SOURCE_DIR, line));
+  };
   const std::string three_problems =
       replace(replace(replace(g, "head_dim: 64", "head_dim: sixty-four"), "tokens: 23", "tokens: -1"),
               "seed: 1", "seed: \"1\"");
@@ -201,6 +207,45 @@ std::vector<Row> rows() {
        {"--max-ref-gflop: expected a finite positive number, found nan"}},
       {"no_subcommand", "", "", "", 2, {"A subcommand is required"}},
       {"unknown_fault", "r.yaml", g, "run {f} --backend host --inject no-such-bug", 2, {"unknown fault 'no-such-bug'"}},
+      // ---- engine-captured batches: streams: {from_jsonl: FILE, line: N} (tests/bad/batches.jsonl) ----
+      {"jsonl_bad_json", "j.yaml", jsonl(1), "validate {f}", 2, {"batches.jsonl:1:", "bad JSON", "(streams.from_jsonl at "}},
+      {"jsonl_cu_seqlens_not_growing", "j.yaml", jsonl(2), "run {f} --backend host", 2,
+       {"batches.jsonl:2:1: cu_seqlens[2]: expected more than cu_seqlens[1] = 7"}},
+      {"jsonl_kv_lens_length", "j.yaml", jsonl(3), "validate {f}", 2,
+       {"batches.jsonl:3:1: kv_lens: expected one entry per stream, 2 (cu_seqlens has 3 entries), found 1"}},
+      {"jsonl_kv_len_below_count", "j.yaml", jsonl(4), "validate {f}", 2,
+       {"batches.jsonl:4:1: kv_lens[1]: expected at least the stream's token count 130"}},
+      {"jsonl_negative_chunk_start", "j.yaml", jsonl(5), "validate {f}", 2,
+       {"batches.jsonl:5:1: streams[0].chunk_start: expected an integer in [0, 1048576], found -3"}},
+      {"jsonl_tokens_too_large", "j.yaml", jsonl(6), "validate {f}", 2,
+       {"batches.jsonl:6:1: streams[0].tokens: expected an integer in [1, 1048576], found 2000000"}},
+      {"jsonl_unknown_field", "j.yaml", jsonl(7), "validate {f}", 2, {"batches.jsonl:7:1: streams[0].len: unknown field"}},
+      {"jsonl_cu_seqlens_not_from_0", "j.yaml", jsonl(8), "validate {f}", 2,
+       {"batches.jsonl:8:1: cu_seqlens[0]: expected an integer in [0, 0], found 1"}},
+      {"jsonl_not_an_object", "j.yaml", jsonl(9), "validate {f}", 2, {"batches.jsonl:9:1: expected a JSON object"}},
+      {"jsonl_resource_estimate", "j.yaml", jsonl(10), "run {f} --backend host", 2,
+       {"j.yaml:11:1: streams: the", "would take"}},
+      {"jsonl_float", "j.yaml", jsonl(11), "validate {f}", 2, {"batches.jsonl:11:1: kv_lens[0]: expected an integer, found 7.5"}},
+      {"jsonl_blank_line", "j.yaml", jsonl(12), "validate {f}", 2, {"batches.jsonl:12:1: the line is blank"}},
+      {"jsonl_both_forms", "j.yaml", jsonl(13), "validate {f}", 2,
+       {"batches.jsonl:13:1: streams: give either streams or cu_seqlens and kv_lens, not both"}},
+      {"jsonl_line_out_of_range", "j.yaml", jsonl(99), "validate {f}", 2,
+       {"batches.jsonl: line: line 99 is out of range: the file has 13 line(s)"}},
+      {"jsonl_line_zero", "j.yaml", jsonl(0), "validate {f}", 2, {"j.yaml:11:", "streams.line: expected a positive integer, found 0"}},
+      {"jsonl_line_missing", "j.yaml", replace(g, kStreams, "streams: {from_jsonl: x.jsonl}\n"), "validate {f}", 2,
+       {"j.yaml:11:", "streams.line: required field missing", "--grid line=all"}},
+      {"jsonl_missing_file", "j.yaml", replace(g, kStreams, "streams: {from_jsonl: no-such.jsonl, line: 1}\n"),
+       "validate {f}", 2, {"{dir}/no-such.jsonl: cannot open the batch file: No such file or directory"}},
+      // ---- the invariance check's knob ----
+      {"invariance_streams_negative", "i.yaml", g + "invariance: {streams: -1}\n", "validate {f}", 2,
+       {"i.yaml:14:23: invariance.streams: expected a non-negative integer <= 4096, found -1"}},
+      {"invariance_streams_text", "i.yaml", g + "invariance: {streams: all}\n", "validate {f}", 2,
+       {"i.yaml:14:23: invariance.streams: expected an integer"}},
+      {"invariance_unknown_key", "i.yaml", g + "invariance: {stream: 2}\n", "validate {f}", 2,
+       {"i.yaml:14:14: invariance.stream: unknown key 'stream'"}},
+      {"invariance_on_one_stream", "i.yaml",
+       replace(g, kStreams, "checks: [numeric, invariance]\nstreams:\n  - tokens: 23\n"), "validate {f}", 2,
+       {"checks[1]: check 'invariance' cannot run on this model: one stream"}},
       // ---- output paths, checked before the run ----
       {"json_under_a_file", "p.yaml", g, "run {f} --backend host --json {dir}/plain-file/report.json", 2,
        {"--json {dir}/plain-file/report.json: {dir}/plain-file is not a directory"}},

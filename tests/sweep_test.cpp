@@ -88,7 +88,7 @@ TEST(SweepGrid, ParsesAndValidatesAxes) {
   EXPECT_EQ(pts[3].label(), "head_dim=128,scale=2");
 
   std::string m = input_error([] { parse_grid({"streams=mixed,uniform"}); });
-  EXPECT_NE(m.find("unknown axis 'streams' (known: head_dim, num_q_heads, num_kv_heads, block_size, scale)"),
+  EXPECT_NE(m.find("unknown axis 'streams' (known: head_dim, num_q_heads, num_kv_heads, block_size, scale, line)"),
             std::string::npos) << m;
   EXPECT_NE(input_error([] { parse_grid({"head_dim=64", "head_dim=128"}); }).find("given twice"), std::string::npos);
   EXPECT_NE(input_error([] { parse_grid({"head_dim=64,x"}); }).find("expected a positive integer, found 'x'"),

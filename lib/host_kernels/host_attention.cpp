@@ -59,6 +59,8 @@ int section(const pb_attn_shape& s, int i) {
 
 }  // namespace
 
+int batch_dependent_key_tile(int total_tokens) { return 16 + total_tokens % 49; }
+
 uint64_t attn_workspace_bytes(const pb_attn_shape& s, uint32_t total_tokens) {
   const uint64_t T = total_tokens;
   return round256(T * s.num_q_heads * s.head_dim * 2) + round256(T * s.num_kv_heads * s.head_dim * 2);
@@ -142,6 +144,8 @@ void attention(const Options& o, const pb_attn_layer_args& a) {
   const int D = s.head_dim, bs = s.block_size;
   const int max_entries = static_cast<int>(m.max_blocks_per_seq);
   const int extra = o.causal_off_by_one ? 1 : 0;
+  // batch-dependent-split: 16 to 64 keys per tile from the batch's total tokens.
+  const int kt = o.batch_dependent_split ? batch_dependent_key_tile(T) : kKTile;
   const float scale = s.scale;
   const bf16* q_rot = q_rot_of(a);
   const bf16* k_cache = at<const bf16>(a.k_cache.data);
@@ -190,9 +194,9 @@ void attention(const Options& o, const pb_attn_layer_args& a) {
     };
     const int first_bound = cs + w.i0 + extra;     // the smallest row bound in the tile
     const int last_bound = cs + w.i1 - 1 + extra;  // the largest
-    MatF K(kKTile, D), V(kKTile, D), S;
-    for (int j0 = 0; j0 <= last_bound; j0 += kKTile) {
-      const int nk = std::min(kKTile, last_bound + 1 - j0);
+    MatF K(kt, D), V(kt, D), S;
+    for (int j0 = 0; j0 <= last_bound; j0 += kt) {
+      const int nk = std::min(kt, last_bound + 1 - j0);
       for (int j = 0; j < nk; ++j) load_key(j0 + j, &K(j, 0), &V(j, 0));
       if (j0 + nk - 1 <= first_bound) {
         // Full tile: every row sees every key.

@@ -67,8 +67,9 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
     else if (v == "gdn-state-race") o.gdn_state_race = true;
     else if (v == "grid-short-by-one") o.grid_short_by_one = true;
     else if (v == "graph-baked-kv-len") o.graph_baked_kv_len = true;
+    else if (v == "batch-dependent-split") o.batch_dependent_split = true;
     else {
-      put(msg, msg_len, "pb-host has no fault '" + v + "' (it has causal-off-by-one, conv-state-bleed, gdn-state-race, grid-short-by-one, graph-baked-kv-len)");
+      put(msg, msg_len, "pb-host has no fault '" + v + "' (it has causal-off-by-one, conv-state-bleed, gdn-state-race, grid-short-by-one, graph-baked-kv-len, batch-dependent-split)");
       return PB_ERR_UNSUPPORTED;
     }
     return PB_OK;
@@ -91,6 +92,7 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
   if (o.gdn_state_race) d += " fault=gdn-state-race";
   if (o.grid_short_by_one) d += " fault=grid-short-by-one";
   if (o.graph_baked_kv_len) d += " fault=graph-baked-kv-len";
+  if (o.batch_dependent_split) d += " fault=batch-dependent-split";
   put(buf, buf_len, d);
   return PB_OK;
 }

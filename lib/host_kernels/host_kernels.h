@@ -20,6 +20,7 @@ struct Options {
   bool gdn_state_race = false;     // gdn: a work item reads a neighbour's state mid-update
   bool grid_short_by_one = false;  // attention and gdn: the grid leaves out the last stream
   bool graph_baked_kv_len = false; // attention: kv_len from kv_lens_host (baked in at capture), not the device array
+  bool batch_dependent_split = false;  // attention: the key tile follows the batch's total tokens
 };
 
 // Thrown inside the library, turned into a pb_status at the ABI boundary.
@@ -31,6 +32,9 @@ struct KernelError {
 // Workspace layout: attention keeps q_rot and k_rot, ssm keeps conv_out.
 uint64_t attn_workspace_bytes(const pb_attn_shape& s, uint32_t total_tokens);
 uint64_t ssm_workspace_bytes(const pb_ssm_shape& s, uint32_t total_tokens);
+
+// The key tile the batch-dependent-split fault uses for a batch of `total_tokens`.
+int batch_dependent_key_tile(int total_tokens);
 
 void rope(const Options& o, const pb_attn_layer_args& a);
 void kv_write(const Options& o, const pb_attn_layer_args& a);
