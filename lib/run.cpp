@@ -41,6 +41,10 @@ namespace {
 std::unique_ptr<Backend> make_configured_backend(const RunOptions& opt, FaultSet faults) {
   std::unique_ptr<Backend> backend = make_backend(opt.backend, opt.kernels);
   KernelLibrary& lib = backend->library();
+  // --graph asks for a check this library cannot give: refused before anything runs.
+  if (opt.graph && !(lib.table().capabilities & PB_CAP_GRAPH))
+    throw InputError(fmt::format("--graph: kernel library {} does not declare PB_CAP_GRAPH: its entries may not be "
+                                 "captured and replayed (docs/KERNEL-ABI.md \"Graph capture\")", lib.label()));
   for (const auto& [key, value] : parse_impl(opt.impl))
     if (std::string why = lib.set_option(key, value); !why.empty())
       throw InputError(fmt::format("--impl {}={}: {} refuses it: {}", key, value, lib.label(), why));

@@ -32,7 +32,7 @@ cp "$build/apps/prefill-bench" "$bundle/"
 cp "$build/libpb_kernels_cuda.so" "$build/libpb_kernels_host.so" "$bundle/"  # our kernel libraries, for --kernels
 cp "$build/tests/pb_tests" "$build/tests/cuda_backend_test" "$build/tests/attention_mma_test" "$bundle/"
 for t in $bench_targets; do cp "$build/$t" "$bundle/"; done
-cp "$root"/scenarios/*.yaml "$bundle/scenarios/"
+cp "$root"/scenarios/*.yaml "$root"/scenarios/*.jsonl "$bundle/scenarios/"
 cp "$root"/tests/cuda/*.yaml "$bundle/tests/"
 cp "$root/scripts/device-check.sh" "$bundle/"
 mkdir -p "$bundle/scripts" && cp "$root/scripts/nvtx_tree.py" "$bundle/scripts/"  # device-check's NVTX tree assertion
