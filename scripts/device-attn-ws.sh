@@ -28,7 +28,7 @@ run1() {  # log label args...: one harness run, its exit in the summary
   local log=$1 label=$2
   shift 2
   echo "--- $label" >> "$O/$log"
-  timeout 60 "$PB" run "$@" --backend cuda --no-color >> "$O/$log" 2>&1
+  timeout "${PB_RUN_TIMEOUT:-60}" "$PB" run "$@" --backend cuda --no-color >> "$O/$log" 2>&1
   local rc=$?
   echo "exit $rc" >> "$O/$log"
   echo "$label exit $rc [$(el)s]" >> "$S"
@@ -40,9 +40,10 @@ echo "attention_mma_test exit $? [$(el)s]" >> "$S"
 grep -E "^FAIL" "$O/mma_test.txt" | head -12 >> "$S"
 echo "ws checks ok: $(grep -c '^ok .*ws' "$O/mma_test.txt")" >> "$S"
 
-fails=""
+fails="" hangs=0
 for f in "$B"/scenarios/*.yaml "$B"/tests/*.yaml; do
-  run1 correct.txt "ws $(basename "$f" .yaml)" "$f" --impl attention=ws || fails="$fails $f"
+  run1 correct.txt "ws $(basename "$f" .yaml)" "$f" --impl attention=ws || { [ $? = 124 ] && hangs=$((hangs + 1)); fails="$fails $f"; }
+  [ "$hangs" -ge 2 ] && { echo "two runs hung (timeout): the kernel deadlocks; stopping" >> "$S"; cat "$S"; exit 1; }
 done
 for f in $fails; do run1 correct.txt "ws:cp $(basename "$f" .yaml)" "$f" --impl attention=ws:cp; done
 
