@@ -7,8 +7,8 @@ tool must lie inside exactly domain `prefill-bench` > `scenario <name>` >
 inside "L0 attn"). The harness's own kernels (buffer fills) lie outside the
 entry ranges and are skipped. Exit 0 when every kernel's stack is right, 1 when
 one is not (each problem printed), 2 on bad usage or when no kernel was found.
-The parser (parse_ncu_nvtx) reads what Nsight Compute documents; the sample in
-tests/nvtx/ was written from that format and must be confirmed on the device.
+The parser (parse_ncu_nvtx) reads the format Nsight Compute printed on the H200
+(tests/nvtx/ncu-nvtx-good.txt is that output, recorded there on 2026-12-03).
 Stdlib only."""
 import re
 import sys
@@ -27,6 +27,8 @@ LAYER = re.compile(r"^L\d+ (attn|gdn)$")
 
 def kernel_name(header):
     """"rope_kernel(float*, int)" -> "rope_kernel"; templates keep their name."""
+    for anon in ("(anonymous namespace)::", "<unnamed>::", "unnamed>::"):  # ncu prints the last
+        header = header.replace(anon, "")
     name = header.split("(", 1)[0].strip()
     return name.split()[-1] if name else header
 
@@ -57,9 +59,14 @@ def parse_ncu_nvtx(text):
             in_stack = False
             continue
         e = STACK_ENTRY.match(line)
-        if not e:
-            continue  # "RGB: 0x0, Payload: 0" and other attributes
         indent = len(line) - len(line.lstrip())
+        if not e:
+            # ncu 2025 on the H200 prints the domain as a bare name above its
+            # "<level,message>" ranges; attributes ("ASCII: ...", "RGB: ...") have a colon.
+            if ":" not in line:
+                domain, domain_indent = line.strip(), indent
+                current[1].setdefault(domain, [])
+            continue
         if domain is None or indent <= domain_indent:
             domain, domain_indent = e.group(2), indent
             current[1].setdefault(domain, [])
