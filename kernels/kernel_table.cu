@@ -88,8 +88,13 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
 // The warp-specialized kernel (attention_ws.cu) when asked for and the shape and
 // device allow it; it shares the tensor-core kernel's work list.
+// auto takes it at head_dim 256, where it won every measured row on the H200
+// (2026-12-03: 1.26-1.45x the wgmma kernel); at 64 and 128 the wgmma kernel
+// still wins on GQA batches (kernels/PERF-NOTES.md "ws").
+constexpr int kWsDefaultHeadDim = 256;
 bool attention_ws(const Ctx& c, const LayerShape& shape) {
-  return c.attention.rfind("ws", 0) == 0 && attention_ws_supported(shape);
+  const bool want = c.attention.rfind("ws", 0) == 0 || (c.attention == "auto" && shape.head_dim == kWsDefaultHeadDim);
+  return want && attention_ws_supported(shape);
 }
 bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
   const bool want = c.gdn == "chunked" || (c.gdn == "auto" && kGdnChunkedDefault);
@@ -251,9 +256,9 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
 
 pb_status describe(void* ctx, char* buf, size_t buf_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
-  std::string d = "attention=" + std::string(c.attention == "auto" ? "mma(wgmma on sm_90)/fp32 by head_dim"
-                                             : c.attention == "ws" ? "ws(experimental, not yet device-verified; warp-specialized, TMA producer where block_size is a multiple of 8 that divides or is divided by the key tile (128; 64 at d256), cp.async producer otherwise)"
-                                             : c.attention == "ws:cp" ? "ws:cp(experimental, not yet device-verified; warp-specialized, cp.async producer)"
+  std::string d = "attention=" + std::string(c.attention == "auto" ? "ws at d256 on sm_90, else mma(wgmma on sm_90)/fp32 by head_dim"
+                                             : c.attention == "ws" ? "ws(warp-specialized, TMA producer where block_size is a multiple of 8 that divides or is divided by the key tile (128; 64 at d256), cp.async producer otherwise)"
+                                             : c.attention == "ws:cp" ? "ws:cp(warp-specialized, cp.async producer)"
                                                                       : c.attention) +
                   " gdn=" + std::string(c.gdn == "auto" ? (kGdnChunkedDefault ? "chunked-tf32/token by shape" : "token") : c.gdn);
   d += " conv1d=" + std::string(conv1d_impl(c) == Conv1dImpl::window ? "window(d_conv<=4)/row" : "row");
@@ -367,7 +372,7 @@ pb_status attention(void* ctx, const pb_attn_layer_args* a, void* stream, char* 
   args.variant = variant;
   const auto st = static_cast<cudaStream_t>(stream);
   if (attention_ws(c, shape))
-    return from_cuda(launch_attention_ws(st, args, c.attention == "ws"), "attention (warp-specialized)", msg, msg_len);
+    return from_cuda(launch_attention_ws(st, args, c.attention != "ws:cp"), "attention (warp-specialized)", msg, msg_len);
   const cudaError_t e = variant != -2 ? launch_attention_mma(st, args) : launch_attention(st, args);
   return from_cuda(e, variant != -2 ? "attention (tensor cores)" : "attention (fp32)", msg, msg_len);
 }
