@@ -1,5 +1,7 @@
 // fill.cu: fills a buffer with one 16-bit word (the NaN poison of outputs
-// before every layer run), so an element no kernel wrote shows as NaN.
+// before every layer run), so an element no kernel wrote shows as NaN; and
+// writes a few int32 values carried in the launch's own parameters (the
+// graph-baked-kv-len fault: under a CUDA graph they stay the capture's).
 #include "kernels/kernels.h"
 
 namespace pb::kernels {
@@ -18,7 +20,20 @@ __global__ void fill_u16_kernel(uint16_t* dst, size_t count, uint16_t value) {
     dst[i] = value;
 }
 
+__global__ void write_i32_kernel(int32_t* dst, BakedI32 values) {
+  for (int i = threadIdx.x; i < values.count; i += blockDim.x) dst[i] = values.v[i];
+}
+
 }  // namespace
+
+cudaError_t launch_write_baked_i32(cudaStream_t stream, int32_t* dst, const int32_t* host, int count) {
+  if (count < 0 || count > BakedI32::kMax) return cudaErrorInvalidValue;
+  BakedI32 values{};
+  values.count = count;
+  for (int i = 0; i < count; ++i) values.v[i] = host[i];
+  write_i32_kernel<<<1, FillConfig::kThreads, 0, stream>>>(dst, values);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_fill_u16(cudaStream_t stream, void* dst, size_t count, uint16_t value) {
   if (count == 0) return cudaSuccess;

@@ -30,6 +30,7 @@ constexpr bool kConvWindowDefault = true;  // device-checked 2026-12-03: bit-ide
 
 struct Ctx {
   bool causal_off_by_one = false, conv_state_bleed = false;
+  bool graph_baked_kv_len = false;  // attention reads kv_lens the launch carries (kv_lens_host), not the device array
   std::string attention = "auto";  // auto (mma where the shape allows), fp32, mma, mma:N, ws, ws:cp
   std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, split, token
   std::string conv1d = "auto";     // auto, window (where the shape allows), row (the oracle)
@@ -112,7 +113,7 @@ uint64_t round256(uint64_t n) { return (n + 255) & ~uint64_t(255); }
 
 // Workspace layouts (offsets from workspace.data).
 struct AttnLayout {
-  uint64_t q_rot = 0, k_rot = 0, inv_freq = 0, work = 0, bytes = 0;
+  uint64_t q_rot = 0, k_rot = 0, inv_freq = 0, work = 0, baked = 0, bytes = 0;  // baked: the fault's kv_lens
 };
 AttnLayout attn_layout(const pb_attn_shape& s, uint32_t T, size_t work_items) {
   AttnLayout l;
@@ -120,7 +121,8 @@ AttnLayout attn_layout(const pb_attn_shape& s, uint32_t T, size_t work_items) {
   l.k_rot = round256(uint64_t(T) * s.num_q_heads * s.head_dim * 2);
   l.inv_freq = l.k_rot + round256(uint64_t(T) * s.num_kv_heads * s.head_dim * 2);
   l.work = l.inv_freq + round256(uint64_t(s.rotary_dim / 2 + 1) * 4);
-  l.bytes = l.work + round256((work_items + 1) * sizeof(AttnWorkItem));
+  l.baked = l.work + round256((work_items + 1) * sizeof(AttnWorkItem));
+  l.bytes = l.baked + round256(uint64_t(BakedI32::kMax) * 4);
   return l;
 }
 struct SsmLayout {
@@ -212,8 +214,9 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
   if (k == "fault") {
     if (v == "causal-off-by-one") c.causal_off_by_one = true;
     else if (v == "conv-state-bleed") c.conv_state_bleed = true;
+    else if (v == "graph-baked-kv-len") c.graph_baked_kv_len = true;
     else {
-      put(msg, msg_len, "pb-cuda has no fault '" + v + "' (it has causal-off-by-one, conv-state-bleed)");
+      put(msg, msg_len, "pb-cuda has no fault '" + v + "' (it has causal-off-by-one, conv-state-bleed, graph-baked-kv-len)");
       return PB_ERR_UNSUPPORTED;
     }
     return PB_OK;
@@ -264,6 +267,7 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
   d += " conv1d=" + std::string(conv1d_impl(c) == Conv1dImpl::window ? "window(d_conv<=4)/row" : "row");
   if (c.causal_off_by_one) d += " fault=causal-off-by-one";
   if (c.conv_state_bleed) d += " fault=conv-state-bleed";
+  if (c.graph_baked_kv_len) d += " fault=graph-baked-kv-len";
   put(buf, buf_len, d);
   return PB_OK;
 }
@@ -371,6 +375,18 @@ pb_status attention(void* ctx, const pb_attn_layer_args* a, void* stream, char* 
   args.causal_off_by_one = c.causal_off_by_one;
   args.variant = variant;
   const auto st = static_cast<cudaStream_t>(stream);
+  if (c.graph_baked_kv_len) {
+    // The fault: each stream's kv_len rides in a launch's parameters (from the host
+    // copy), as a kernel that takes seqlen_k by value would; a graph replays them.
+    if (!m.kv_lens_host || m.kv_lens_host_count != m.batch_size || m.batch_size > uint32_t(BakedI32::kMax)) {
+      put(msg, msg_len, "fault graph-baked-kv-len: needs kv_lens_host for at most " + std::to_string(BakedI32::kMax) + " streams");
+      return PB_ERR_UNSUPPORTED;
+    }
+    int32_t* baked = ws<int32_t>(w, l.baked);
+    const cudaError_t e = launch_write_baked_i32(st, baked, m.kv_lens_host, static_cast<int>(m.batch_size));
+    if (e != cudaSuccess) return from_cuda(e, "attention (baked kv_lens)", msg, msg_len);
+    args.kv_lens = reinterpret_cast<uint64_t>(baked);
+  }
   if (attention_ws(c, shape))
     return from_cuda(launch_attention_ws(st, args, c.attention != "ws:cp"), "attention (warp-specialized)", msg, msg_len);
   const cudaError_t e = variant != -2 ? launch_attention_mma(st, args) : launch_attention(st, args);

@@ -114,5 +114,13 @@ std::vector<int32_t> plan_gdn_order(const std::vector<int32_t>& cu_seqlens_host)
 // ---- fill.cu --------------------------------------------------------------
 // Fills `count` 16-bit words at `dst` with `value` (NaN poison of outputs).
 cudaError_t launch_fill_u16(cudaStream_t stream, void* dst, size_t count, uint16_t value);
+// Up to BakedI32::kMax int32 values copied into the kernel's parameters at launch
+// and written to dst: what a captured graph replays is the launch's values.
+struct BakedI32 {
+  static constexpr int kMax = 512;
+  int count;
+  int32_t v[kMax];
+};
+cudaError_t launch_write_baked_i32(cudaStream_t stream, int32_t* dst, const int32_t* host, int count);
 
 }  // namespace pb::kernels

@@ -60,7 +60,8 @@ const std::vector<FaultInfo>& all_faults() {
        "Lets the attention kernel take each stream's kv_len from the metadata's host copy (kv_lens_host) "
        "instead of the device array: a per-batch value baked into the launch. Eager runs pass (the host copy "
        "is current); under --graph the replay on the bucket's second batch keeps the capture's lengths "
-       "(flash-attention's seqlen_k baked into a graph). Host backend only; trips only with --graph."},
+       "(flash-attention's seqlen_k baked into a graph). pb-host and pb-cuda (there a launch carries the "
+       "host copy in its parameters); trips only with --graph."},
       {Fault::batch_dependent_split, "batch-dependent-split", kCheckInvariance,
        "Chooses attention's key tile (16 to 64 keys) from the batch's total tokens, so a stream's "
        "softmax is reduced in other pieces when its batch changes: its bits move, within tolerance (a "
