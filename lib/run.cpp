@@ -276,43 +276,45 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     LayerOutputs first;
     SampleLoop loop(res.timing);
     int rep = 0;
-    auto run_once = [&](uint32_t schedule) {
+    // Before every run: the layer's initial state and this layer's h_state_ptrs.
+    auto reset = [&] {
       backend->reset_layer(layer);
       if (!attn) backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
+    };
+    auto run_once = [&](uint32_t schedule) {
+      reset();
       return backend->run_layer(layer, kernel_meta, backend->scratch_base() + img.plan.h_state_ptrs, schedule);
+    };
+    // The outputs every check reads (the first eager run's, or the first replay's
+    // under --graph), their checksum, and the scratch guard right after that run.
+    auto keep_first = [&] {
+      first = backend->read_layer(layer);
+      res.output_checksums.push_back(fmt::format("{:016x}", outputs_checksum(first)));
+      if (on(kCheckScratchGuard))
+        check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(), backend->read_arena(),
+                            layer, checks[kCheckScratchGuard]);
     };
     for (; loop.more(); ++rep) {
       progress.say(fmt::format("layer {}/{} run {}{}", layer + 1, s.layers.size(), rep + 1,
                                loop.warming() ? " (warm-up)" : ""));
       loop.record(run_once(0));
       if (opt.profile || rep != 0 || graph) continue;  // under --graph the checks read the replay
-      first = backend->read_layer(layer);
-      res.output_checksums.push_back(fmt::format("{:016x}", outputs_checksum(first)));
-      if (on(kCheckScratchGuard))
-        check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(), backend->read_arena(),
-                            layer, checks[kCheckScratchGuard]);
+      keep_first();
     }
     if (graph) {
       // Capture once (prepare on batch 1 first), then replay under the same timing
       // policy: the checks read the first replay; each replay is timed as the whole
       // layer between two marks, so launch gaps do not count.
       const uint64_t h_ptrs = backend->scratch_base() + img.plan.h_state_ptrs;
-      backend->reset_layer(layer);
-      if (!attn) backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
+      reset();
       backend->capture_layer(layer, kernel_meta, h_ptrs);
       captured[l] = true;
       SampleLoop replays(res.timing);
       for (int r = 0; replays.more(); ++r) {
         progress.say(fmt::format("layer {}/{} graph replay {}", layer + 1, s.layers.size(), r + 1));
-        backend->reset_layer(layer);
-        if (!attn) backend->write_scratch(img.plan.h_state_ptrs, ptrs.data(), 8 * ptrs.size());
+        reset();
         replays.record({{"graph_replay", backend->replay_layer(layer, kernel_meta, h_ptrs)}});
-        if (r > 0) continue;
-        first = backend->read_layer(layer);
-        res.output_checksums.push_back(fmt::format("{:016x}", outputs_checksum(first)));
-        if (on(kCheckScratchGuard))
-          check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(), backend->read_arena(),
-                              layer, checks[kCheckScratchGuard]);
+        if (r == 0) keep_first();
       }
       for (KernelTiming& t : replays.summaries(layer)) {
         // The layer's work: the sum of its kernels' counts.
