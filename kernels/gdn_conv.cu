@@ -246,30 +246,54 @@ __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_window_kernel(Con
   }
 }
 
-// 8-byte helpers of the stage kernel: 4 bf16 <-> float, and a cp.async of 8
-// bytes (.ca: the only cache hint cp.async allows below 16 bytes).
-__device__ __forceinline__ void unpack4(const uint2& u, float* f) {
+// The stage kernel's vectors of V bf16 channels: V = 4 (8 bytes, cp.async .ca,
+// the only hint cp.async allows below 16 bytes) or V = 8 (16 bytes, .cg).
+template <int V> struct BfVec;
+template <> struct BfVec<4> { using T = uint2; };
+template <> struct BfVec<8> { using T = uint4; };
+__device__ __forceinline__ void unpack_v(const uint2& u, float* f) {
   f[0] = __uint_as_float(u.x << 16);
   f[1] = __uint_as_float(u.x & 0xffff0000u);
   f[2] = __uint_as_float(u.y << 16);
   f[3] = __uint_as_float(u.y & 0xffff0000u);
 }
-__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+__device__ __forceinline__ void unpack_v(const uint4& u, float* f) { detail::unpack8(u, f); }
+__device__ __forceinline__ void pack_v(const float* y, uint2* o) {
+  o->x = detail::pack2(y[0], y[1]);
+  o->y = detail::pack2(y[2], y[3]);
+}
+__device__ __forceinline__ void pack_v(const float* y, uint4* o) {
+  o->x = detail::pack2(y[0], y[1]);
+  o->y = detail::pack2(y[2], y[3]);
+  o->z = detail::pack2(y[4], y[5]);
+  o->w = detail::pack2(y[6], y[7]);
+}
+template <int V>
+__device__ __forceinline__ void cp_async_v(uint32_t dst, const void* src) {
+  if constexpr (V == 4) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+  else detail::cp_async16(dst, src);
+}
+// The value itself, opaque to the compiler: an input unpacked once stays one
+// register instead of being re-unpacked (a shift or a mask) at each of its DC uses.
+__device__ __forceinline__ float opaque(float v) {
+  float r;
+  asm("mov.b32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
 }
 
 // Version 4 ("stage"): the window kernel's walk (one thread per run of `run`
 // rows, the DC-1 previous inputs held in registers, a stream's window from
 // conv_state or, past its start, from x; find_stream at a run's or a stream's
 // start) with two changes that cut registers and put more bytes in flight:
-// - 4 channels per thread (8-byte accesses; a warp still moves 256 contiguous
-//   bytes per row): 4 x DC fp32 taps and a 3 x 4 window instead of 8 x DC and
-//   3 x 8, so ptxas fits 64 registers (32 warps per SM instead of 16);
+// - V = 4 channels per thread (8-byte accesses; a warp still moves 256
+//   contiguous bytes per row): 4 x DC fp32 taps and a 3 x 4 window instead of
+//   8 x DC and 3 x 8, so ptxas fits 64 registers (32 warps per SM, not 16);
+//   V = 8 ("stage:8") keeps 16-byte accesses at more registers;
 // - x rows are copied by cp.async into a per-thread ring of kStages slots in
-//   shared memory (slot s of thread t at ring[s][t]: a warp's reads hit 32
-//   consecutive 8-byte words, no bank conflict), kStages - 1 rows ahead of the
-//   row being computed, held by no register. Each thread reads only the slots
-//   it filled itself, so cp.async.wait_group orders them and no barrier is
+//   shared memory (slot s of thread t at ring[s][t]: a warp's reads hit
+//   consecutive words, no bank conflict), kStages - 1 rows ahead of the row
+//   being computed, held by no register. Each thread reads only the slots it
+//   filled itself, so cp.async.wait_group orders them and no barrier is
 //   needed. The slot refilled is the one read in the previous row, whose value
 //   that row's store has already consumed (no write-after-read race).
 // Every row of the run, owned by a stream or not, passes through the ring once
@@ -278,22 +302,22 @@ __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
 // output is the window kernel's: u = 0; u = fmaf(w[j], x[r - hist + j], u) for
 // j = 0 .. DC-1; y = u / (1 + expf(-u)); round to bf16: bit-identical to it and
 // to the row kernel.
-template <int DC>
-__global__ void __launch_bounds__(ConvConfig::kThreads, ConvConfig::kStageMinBlocks)
+template <int DC, int V>
+__global__ void __launch_bounds__(ConvConfig::kThreads, V == 4 ? ConvConfig::kStageMinBlocks : 2)
     conv1d_stage_kernel(ConvParams p, int run) {
   using namespace detail;
+  using Vec = typename BfVec<V>::T;
   constexpr int kHist = DC - 1;
   constexpr int kS = ConvConfig::kStages;
-  constexpr int kV = ConvConfig::kStageVec;
-  constexpr uint32_t kSlotBytes = ConvConfig::kThreads * sizeof(uint2);
+  constexpr uint32_t kSlotBytes = ConvConfig::kThreads * sizeof(Vec);
   static_assert(kHist >= 1 && kHist <= ConvConfig::kStageUnroll, "the unrolled step must cover the window");
-  __shared__ uint2 ring[kS][ConvConfig::kThreads];
-  const int groups = p.conv_dim / kV;
+  __shared__ Vec ring[kS][ConvConfig::kThreads];
+  const int groups = p.conv_dim / V;
   const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long runs = (static_cast<long long>(p.total_tokens) + run - 1) / run;
   if (idx >= runs * groups) return;
   const long long ri = idx / groups;
-  const int c0 = static_cast<int>(idx - ri * groups) * kV;
+  const int c0 = static_cast<int>(idx - ri * groups) * V;
   const int r0 = static_cast<int>(ri * run);
   const int r1 = min(p.total_tokens, r0 + run);
   const uint16_t* xc = p.x + c0;
@@ -303,50 +327,53 @@ __global__ void __launch_bounds__(ConvConfig::kThreads, ConvConfig::kStageMinBlo
   // Rows r0 .. r0 + kS - 2 on their way before the taps are even read.
 #pragma unroll
   for (int s = 0; s < kS - 1; ++s) {
-    if (r0 + s < r1) cp_async8(ring0 + s * kSlotBytes, xc + static_cast<size_t>(r0 + s) * ld);
+    if (r0 + s < r1) cp_async_v<V>(ring0 + s * kSlotBytes, xc + static_cast<size_t>(r0 + s) * ld);
     cp_async_commit();
   }
-  float wt[kV * DC];  // wt[e * DC + j] = conv_w[c0 + e][j]: DC 8-byte loads of one contiguous run
+  float wt[V * DC];  // wt[e * DC + j] = conv_w[c0 + e][j]: DC vector loads of one contiguous run
   {
-    const uint2* wp = reinterpret_cast<const uint2*>(p.w + static_cast<size_t>(c0) * DC);
+    const Vec* wp = reinterpret_cast<const Vec*>(p.w + static_cast<size_t>(c0) * DC);
 #pragma unroll
-    for (int q = 0; q < DC; ++q) unpack4(wp[q], wt + kV * q);
+    for (int q = 0; q < DC; ++q) unpack_v(wp[q], wt + V * q);
+#pragma unroll
+    for (int i = 0; i < V * DC; ++i) wt[i] = opaque(wt[i]);  // unpacked once, not at every use
   }
   // Row r (called for r = r0, r0 + 1, ... in order) once it has landed; then
   // row r + kS - 1 is sent into the slot row r - 1 used.
   static_assert((kS & (kS - 1)) == 0 && kS >= 2, "ring slots: a power of two");
-  auto next = [&](int r) -> uint2 {
+  auto next = [&](int r) -> Vec {
     cp_async_wait<kS - 2>();
     const uint32_t slot = static_cast<uint32_t>(r - r0) & (kS - 1);  // r >= r0
-    const uint2 v = ring[slot][threadIdx.x];
+    const Vec v = ring[slot][threadIdx.x];
     const int ahead = r + kS - 1;
-    if (ahead < r1) cp_async8(ring0 + ((slot + kS - 1) & (kS - 1)) * kSlotBytes, xc + static_cast<size_t>(ahead) * ld);
+    if (ahead < r1) cp_async_v<V>(ring0 + ((slot + kS - 1) & (kS - 1)) * kSlotBytes, xc + static_cast<size_t>(ahead) * ld);
     cp_async_commit();
     return v;
   };
-  float win[kHist][kV];  // win[j] = input row r - kHist + j
+  float win[kHist][V];  // win[j] = input row r - kHist + j
   // One output row from the window and row r's input, then slide the window.
-  auto step = [&](int r, const uint2& raw) {
-    float xin[kV], y[kV];
-    unpack4(raw, xin);
+  auto step = [&](int r, const Vec& raw) {
+    float xin[V], y[V];
+    unpack_v(raw, xin);
 #pragma unroll
-    for (int e = 0; e < kV; ++e) {
+    for (int e = 0; e < V; ++e) xin[e] = opaque(xin[e]);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
       float u = 0.f;
 #pragma unroll
       for (int j = 0; j < kHist; ++j) u = fmaf(wt[e * DC + j], win[j][e], u);
       u = fmaf(wt[e * DC + kHist], xin[e], u);
       y[e] = u / (1.f + expf(-u));  // silu, the window kernel's formula
     }
-    uint2 o;
-    o.x = pack2(y[0], y[1]);
-    o.y = pack2(y[2], y[3]);
-    __stcs(reinterpret_cast<uint2*>(oc + static_cast<size_t>(r) * ld), o);  // streaming: read by the next kernel, not here
+    Vec o;
+    pack_v(y, &o);
+    __stcs(reinterpret_cast<Vec*>(oc + static_cast<size_t>(r) * ld), o);  // streaming: read by the next kernel, not here
 #pragma unroll
     for (int j = 0; j + 1 < kHist; ++j)
 #pragma unroll
-      for (int e = 0; e < kV; ++e) win[j][e] = win[j + 1][e];
+      for (int e = 0; e < V; ++e) win[j][e] = win[j + 1][e];
 #pragma unroll
-    for (int e = 0; e < kV; ++e) win[kHist - 1][e] = xin[e];
+    for (int e = 0; e < V; ++e) win[kHist - 1][e] = xin[e];
   };
   StreamRows rows{0, 0};
   int b = -1;
@@ -362,12 +389,12 @@ __global__ void __launch_bounds__(ConvConfig::kThreads, ConvConfig::kStageMinBlo
       for (int j = 0; j < kHist; ++j) {
         const int src = r - kHist + j;
         if (src >= rows.begin || (p.bleed && b > 0 && src >= 0)) {  // rows before r: read directly, not staged
-          unpack4(*reinterpret_cast<const uint2*>(xc + static_cast<size_t>(src) * ld), win[j]);
+          unpack_v(*reinterpret_cast<const Vec*>(xc + static_cast<size_t>(src) * ld), win[j]);
         } else {
           const uint16_t* sp = p.conv_state + (static_cast<size_t>(b) * p.conv_dim + c0) * kHist +
                                (kHist + (src - rows.begin));
 #pragma unroll
-          for (int e = 0; e < kV; ++e) win[j][e] = bf16_to_float(sp[static_cast<size_t>(e) * kHist]);
+          for (int e = 0; e < V; ++e) win[j][e] = bf16_to_float(sp[static_cast<size_t>(e) * kHist]);
         }
       }
     }
@@ -446,15 +473,25 @@ cudaError_t launch_conv1d(cudaStream_t stream, const LayerShape& shape, uint32_t
   p.conv_out = reinterpret_cast<uint16_t*>(conv_out);
   constexpr int kT = ConvConfig::kThreads;
   if (total_tokens > 0) {
-    if (impl == Conv1dImpl::stage && conv1d_stage_supports(shape)) {
+    if (impl == Conv1dImpl::stage8 && conv1d_window_supports(shape)) {  // stage on 8 channels: window's shapes
+      const int groups = p.conv_dim / 8;
+      const int run = conv_window_run(total_tokens, groups);
+      const long long n = (static_cast<long long>(total_tokens) + run - 1) / run * groups;
+      const unsigned grid = static_cast<unsigned>((n + kT - 1) / kT);
+      switch (p.d_conv) {
+        case 2: conv1d_stage_kernel<2, 8><<<grid, kT, 0, stream>>>(p, run); break;
+        case 3: conv1d_stage_kernel<3, 8><<<grid, kT, 0, stream>>>(p, run); break;
+        default: conv1d_stage_kernel<4, 8><<<grid, kT, 0, stream>>>(p, run); break;
+      }
+    } else if ((impl == Conv1dImpl::stage || impl == Conv1dImpl::stage8) && conv1d_stage_supports(shape)) {
       const int groups = p.conv_dim / ConvConfig::kStageVec;
       const int run = conv_window_run(total_tokens, groups);
       const long long n = (static_cast<long long>(total_tokens) + run - 1) / run * groups;
       const unsigned grid = static_cast<unsigned>((n + kT - 1) / kT);
       switch (p.d_conv) {
-        case 2: conv1d_stage_kernel<2><<<grid, kT, 0, stream>>>(p, run); break;
-        case 3: conv1d_stage_kernel<3><<<grid, kT, 0, stream>>>(p, run); break;
-        default: conv1d_stage_kernel<4><<<grid, kT, 0, stream>>>(p, run); break;
+        case 2: conv1d_stage_kernel<2, ConvConfig::kStageVec><<<grid, kT, 0, stream>>>(p, run); break;
+        case 3: conv1d_stage_kernel<3, ConvConfig::kStageVec><<<grid, kT, 0, stream>>>(p, run); break;
+        default: conv1d_stage_kernel<4, ConvConfig::kStageVec><<<grid, kT, 0, stream>>>(p, run); break;
       }
     } else if (impl == Conv1dImpl::window && conv1d_window_supports(shape)) {
       const int groups = p.conv_dim / ConvConfig::kVec;

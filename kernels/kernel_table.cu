@@ -34,7 +34,7 @@ struct Ctx {
   bool graph_baked_kv_len = false;  // attention reads kv_lens the launch carries (kv_lens_host), not the device array
   std::string attention = "auto";  // auto (mma where the shape allows), fp32, mma, mma:N, ws, ws:cp
   std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, split, token
-  std::string conv1d = "auto";     // auto, window or stage (where the shape allows), row (the oracle)
+  std::string conv1d = "auto";     // auto, window or stage or stage:8 (where the shape allows), row (the oracle)
   // The plan prepare() made, for the workspace it wrote.
   std::vector<AttnWorkItem> work;
   std::vector<float> inv_freq;
@@ -105,6 +105,7 @@ bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
 
 Conv1dImpl conv1d_impl(const Ctx& c) {
   if (c.conv1d == "stage" || (c.conv1d == "auto" && kConvStageDefault)) return Conv1dImpl::stage;
+  if (c.conv1d == "stage:8") return Conv1dImpl::stage8;
   const bool window = c.conv1d == "window" || (c.conv1d == "auto" && kConvWindowDefault);
   return window ? Conv1dImpl::window : Conv1dImpl::row;
 }
@@ -248,8 +249,8 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
     return PB_OK;
   }
   if (k == "conv1d") {
-    if (v != "auto" && v != "window" && v != "row" && v != "stage") {
-      put(msg, msg_len, "pb-cuda conv1d variants: auto, window, row, stage (not '" + v + "')");
+    if (v != "auto" && v != "window" && v != "row" && v != "stage" && v != "stage:8") {
+      put(msg, msg_len, "pb-cuda conv1d variants: auto, window, row, stage, stage:8 (not '" + v + "')");
       return PB_ERR_UNSUPPORTED;
     }
     c.conv1d = v;
@@ -269,6 +270,7 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
   const Conv1dImpl ci = conv1d_impl(c);
   d += " conv1d=" + std::string(ci == Conv1dImpl::window  ? "window(d_conv<=4)/row"
                                 : ci == Conv1dImpl::stage ? "stage(d_conv<=4)/row"
+                                : ci == Conv1dImpl::stage8 ? "stage:8(d_conv<=4)/stage/row"
                                                           : "row");
   if (c.causal_off_by_one) d += " fault=causal-off-by-one";
   if (c.conv_state_bleed) d += " fault=conv-state-bleed";
