@@ -15,6 +15,7 @@
 
 namespace pb::kernels {
 
+// host-emulated: begin (tests/conv_stage_emulation_test.cpp compiles this on the host)
 // Tuning knobs.
 struct ConvConfig {
   static constexpr int kThreads = 256;    // threads per CTA (conv and state update)
@@ -28,9 +29,11 @@ struct ConvConfig {
   static constexpr int kStageUnroll = 4;  // stage kernel: rows per unrolled step (>= d_conv - 1: the window rotates by renaming)
   static constexpr int kStageMinBlocks = 4;  // stage kernel: CTAs per SM asked of ptxas (<= 64 registers: 32 warps per SM)
 };
+// host-emulated: end
 
 namespace {
 
+// host-emulated: begin (tests/conv_stage_emulation_test.cpp compiles this on the host)
 struct ConvParams {
   int batch_size, total_tokens, conv_dim, d_conv;
   bool bleed;
@@ -58,6 +61,7 @@ __device__ __forceinline__ int find_stream(const ConvParams& p, int r, detail::S
   *rows = stream_rows(p.cu_seqlens, b, p.total_tokens);
   return r < rows->end ? b : -1;
 }
+// host-emulated: end
 
 // Version 2: one thread per (row, VEC channels); the d_conv window rows are
 // re-read from global memory (L1 serves the overlap between neighbouring rows).
@@ -246,6 +250,7 @@ __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_window_kernel(Con
   }
 }
 
+// host-emulated: begin (tests/conv_stage_emulation_test.cpp compiles this on the host)
 // The stage kernel's vectors of V bf16 channels: V = 4 (8 bytes, cp.async .ca,
 // the only hint cp.async allows below 16 bytes) or V = 8 (16 bytes, .cg).
 template <int V> struct BfVec;
@@ -268,6 +273,7 @@ __device__ __forceinline__ void pack_v(const float* y, uint4* o) {
   o->z = detail::pack2(y[4], y[5]);
   o->w = detail::pack2(y[6], y[7]);
 }
+// host-emulated: end
 template <int V>
 __device__ __forceinline__ void cp_async_v(uint32_t dst, const void* src) {
   if constexpr (V == 4) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
@@ -281,6 +287,7 @@ __device__ __forceinline__ float opaque(float v) {
   return r;
 }
 
+// host-emulated: begin (tests/conv_stage_emulation_test.cpp compiles this on the host)
 // Version 4 ("stage"): the window kernel's walk (one thread per run of `run`
 // rows, the DC-1 previous inputs held in registers, a stream's window from
 // conv_state or, past its start, from x; find_stream at a run's or a stream's
@@ -407,6 +414,7 @@ __global__ void __launch_bounds__(ConvConfig::kThreads, V == 4 ? ConvConfig::kSt
     for (; r < end; ++r) step(r, next(r));
   }
 }
+// host-emulated: end
 
 // One thread per (stream, channel): new[k] = (old ++ rows)[count + k], all
 // values read before any is written (old and new share the buffer).
