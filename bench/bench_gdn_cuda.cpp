@@ -59,7 +59,7 @@ const MixDef kMixes[] = {
 // conv1d only (issue 13's 64k-token figure): the recurrences would take most of the run.
 const MixDef kConvMix = {"8x8192", "  - generate: {dist: fixed, count: 8, tokens: 8192}\n"};
 
-enum class Kernel { chunked, token, conv1d, conv1d_row };
+enum class Kernel { chunked, token, conv1d, conv1d_row, conv1d_stage };
 
 std::string config_name(const ShapeDef& sh, const MixDef& m) { return std::string(sh.name) + "-" + m.name; }
 
@@ -144,7 +144,7 @@ struct DeviceBatch {
   DeviceBatch(const DeviceBatch&) = delete;
   DeviceBatch& operator=(const DeviceBatch&) = delete;
 
-  const pb::WorkCount& work(Kernel k) const { return k == Kernel::conv1d || k == Kernel::conv1d_row ? conv_work : gdn_work; }
+  const pb::WorkCount& work(Kernel k) const { return k == Kernel::conv1d || k == Kernel::conv1d_row || k == Kernel::conv1d_stage ? conv_work : gdn_work; }
   cudaError_t launch(Kernel k, cudaStream_t st) const {
     const uint64_t c = reinterpret_cast<uint64_t>(cu);
     pb::kernels::GdnArgs a;
@@ -169,6 +169,9 @@ struct DeviceBatch {
       case Kernel::conv1d_row:
         return pb::kernels::launch_conv1d(st, shape, N, T, c, x, conv_w, conv_state, conv_out, false,
                                           pb::kernels::Conv1dImpl::row);
+      case Kernel::conv1d_stage:
+        return pb::kernels::launch_conv1d(st, shape, N, T, c, x, conv_w, conv_state, conv_out, false,
+                                          pb::kernels::Conv1dImpl::stage);
     }
     return cudaErrorInvalidValue;
   }
@@ -284,9 +287,11 @@ void register_all() {
       reg(base + "/token", BM_Gdn, &sh, &m, Kernel::token);
       reg(base + "/conv1d", BM_Gdn, &sh, &m, Kernel::conv1d);
       reg(base + "/conv1d.row", BM_Gdn, &sh, &m, Kernel::conv1d_row);
+      reg(base + "/conv1d.stage", BM_Gdn, &sh, &m, Kernel::conv1d_stage);
     }
   reg("gdn/" + config_name(kShapes[0], kConvMix) + "/conv1d", BM_Gdn, &kShapes[0], &kConvMix, Kernel::conv1d);
   reg("gdn/" + config_name(kShapes[0], kConvMix) + "/conv1d.row", BM_Gdn, &kShapes[0], &kConvMix, Kernel::conv1d_row);
+  reg("gdn/" + config_name(kShapes[0], kConvMix) + "/conv1d.stage", BM_Gdn, &kShapes[0], &kConvMix, Kernel::conv1d_stage);
   reg("stage/mixed/upload", BM_StageUpload, &kMixes[1]);
 }
 

@@ -1,9 +1,10 @@
 // gdn_conv.cu: the Gated DeltaNet depthwise causal conv1d (+ SiLU) over the
 // packed q|k|v channels of all streams in one launch, then the conv_state
 // update in a second launch (it must follow every read of the old state).
-// Two conv kernels with the same arithmetic (bit-identical outputs): "window"
-// (a thread slides down a run of tokens, each x row read once) and "row" (one
-// thread per (row, 8 channels), re-reading the window; the simpler oracle).
+// Three conv kernels with the same arithmetic (bit-identical outputs): "window"
+// (a thread slides down a run of tokens, each x row read once), "stage" (the
+// same walk on 4 channels with x staged through shared memory by cp.async) and
+// "row" (one thread per (row, 8 channels), re-reading the window; the oracle).
 // Invariants: a stream's window never reads another stream's rows (except under
 // the conv-state-bleed fault); x is never read before row 0; the new state is
 // an exact bf16 copy of the last d_conv-1 inputs of (old state ++ stream rows).
@@ -14,6 +15,7 @@
 
 namespace pb::kernels {
 
+// host-emulated: begin (tests/conv_stage_emulation_test.cpp compiles this on the host)
 // Tuning knobs.
 struct ConvConfig {
   static constexpr int kThreads = 256;    // threads per CTA (conv and state update)
@@ -22,10 +24,16 @@ struct ConvConfig {
   static constexpr int kMaxRun = 32;      // window kernel: most tokens per thread
   static constexpr int kMinRun = 4;       // window kernel: fewest tokens per thread (1 was 1.4x slower on 600-token batches)
   static constexpr int kBatch = 4;        // window kernel: x rows loaded before they are used
+  static constexpr int kStageVec = 4;     // stage kernel: channels per thread (8-byte loads; half the window kernel's registers)
+  static constexpr int kStages = 8;       // stage kernel: shared-memory ring slots per thread (kStages - 1 rows in flight)
+  static constexpr int kStageUnroll = 4;  // stage kernel: rows per unrolled step (>= d_conv - 1: the window rotates by renaming)
+  static constexpr int kStageMinBlocks = 4;  // stage kernel: CTAs per SM asked of ptxas (<= 64 registers: 32 warps per SM)
 };
+// host-emulated: end
 
 namespace {
 
+// host-emulated: begin (tests/conv_stage_emulation_test.cpp compiles this on the host)
 struct ConvParams {
   int batch_size, total_tokens, conv_dim, d_conv;
   bool bleed;
@@ -53,6 +61,7 @@ __device__ __forceinline__ int find_stream(const ConvParams& p, int r, detail::S
   *rows = stream_rows(p.cu_seqlens, b, p.total_tokens);
   return r < rows->end ? b : -1;
 }
+// host-emulated: end
 
 // Version 2: one thread per (row, VEC channels); the d_conv window rows are
 // re-read from global memory (L1 serves the overlap between neighbouring rows).
@@ -241,6 +250,172 @@ __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_window_kernel(Con
   }
 }
 
+// host-emulated: begin (tests/conv_stage_emulation_test.cpp compiles this on the host)
+// The stage kernel's vectors of V bf16 channels: V = 4 (8 bytes, cp.async .ca,
+// the only hint cp.async allows below 16 bytes) or V = 8 (16 bytes, .cg).
+template <int V> struct BfVec;
+template <> struct BfVec<4> { using T = uint2; };
+template <> struct BfVec<8> { using T = uint4; };
+__device__ __forceinline__ void unpack_v(const uint2& u, float* f) {
+  f[0] = __uint_as_float(u.x << 16);
+  f[1] = __uint_as_float(u.x & 0xffff0000u);
+  f[2] = __uint_as_float(u.y << 16);
+  f[3] = __uint_as_float(u.y & 0xffff0000u);
+}
+__device__ __forceinline__ void unpack_v(const uint4& u, float* f) { detail::unpack8(u, f); }
+__device__ __forceinline__ void pack_v(const float* y, uint2* o) {
+  o->x = detail::pack2(y[0], y[1]);
+  o->y = detail::pack2(y[2], y[3]);
+}
+__device__ __forceinline__ void pack_v(const float* y, uint4* o) {
+  o->x = detail::pack2(y[0], y[1]);
+  o->y = detail::pack2(y[2], y[3]);
+  o->z = detail::pack2(y[4], y[5]);
+  o->w = detail::pack2(y[6], y[7]);
+}
+// host-emulated: end
+template <int V>
+__device__ __forceinline__ void cp_async_v(uint32_t dst, const void* src) {
+  if constexpr (V == 4) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+  else detail::cp_async16(dst, src);
+}
+// The value itself, opaque to the compiler: an input unpacked once stays one
+// register instead of being re-unpacked (a shift or a mask) at each of its DC uses.
+__device__ __forceinline__ float opaque(float v) {
+  float r;
+  asm("mov.b32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
+}
+
+// host-emulated: begin (tests/conv_stage_emulation_test.cpp compiles this on the host)
+// Version 4 ("stage"): the window kernel's walk (one thread per run of `run`
+// rows, the DC-1 previous inputs held in registers, a stream's window from
+// conv_state or, past its start, from x; find_stream at a run's or a stream's
+// start) with two changes that cut registers and put more bytes in flight:
+// - V = 4 channels per thread (8-byte accesses; a warp still moves 256
+//   contiguous bytes per row): 4 x DC fp32 taps and a 3 x 4 window instead of
+//   8 x DC and 3 x 8, so ptxas fits 64 registers (32 warps per SM, not 16);
+//   V = 8 ("stage:8") keeps 16-byte accesses at more registers;
+// - x rows are copied by cp.async into a per-thread ring of kStages slots in
+//   shared memory (slot s of thread t at ring[s][t]: a warp's reads hit
+//   consecutive words, no bank conflict), kStages - 1 rows ahead of the row
+//   being computed, held by no register. Each thread reads only the slots it
+//   filled itself, so cp.async.wait_group orders them and no barrier is
+//   needed. The slot refilled is the one read in the previous row, whose value
+//   that row's store has already consumed (no write-after-read race).
+// Every row of the run, owned by a stream or not, passes through the ring once
+// and in order (one commit group per row; the group of row i is the i-th), so
+// wait_group<kStages - 2> always means "row i has landed". The arithmetic per
+// output is the window kernel's: u = 0; u = fmaf(w[j], x[r - hist + j], u) for
+// j = 0 .. DC-1; y = u / (1 + expf(-u)); round to bf16: bit-identical to it and
+// to the row kernel.
+template <int DC, int V>
+__global__ void __launch_bounds__(ConvConfig::kThreads, V == 4 ? ConvConfig::kStageMinBlocks : 2)
+    conv1d_stage_kernel(ConvParams p, int run) {
+  using namespace detail;
+  using Vec = typename BfVec<V>::T;
+  constexpr int kHist = DC - 1;
+  constexpr int kS = ConvConfig::kStages;
+  constexpr uint32_t kSlotBytes = ConvConfig::kThreads * sizeof(Vec);
+  static_assert(kHist >= 1 && kHist <= ConvConfig::kStageUnroll, "the unrolled step must cover the window");
+  __shared__ Vec ring[kS][ConvConfig::kThreads];
+  const int groups = p.conv_dim / V;
+  const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long runs = (static_cast<long long>(p.total_tokens) + run - 1) / run;
+  if (idx >= runs * groups) return;
+  const long long ri = idx / groups;
+  const int c0 = static_cast<int>(idx - ri * groups) * V;
+  const int r0 = static_cast<int>(ri * run);
+  const int r1 = min(p.total_tokens, r0 + run);
+  const uint16_t* xc = p.x + c0;
+  uint16_t* oc = p.conv_out + c0;
+  const size_t ld = static_cast<size_t>(p.conv_dim);
+  const uint32_t ring0 = smem_u32(&ring[0][threadIdx.x]);
+  // Rows r0 .. r0 + kS - 2 on their way before the taps are even read.
+#pragma unroll
+  for (int s = 0; s < kS - 1; ++s) {
+    if (r0 + s < r1) cp_async_v<V>(ring0 + s * kSlotBytes, xc + static_cast<size_t>(r0 + s) * ld);
+    cp_async_commit();
+  }
+  float wt[V * DC];  // wt[e * DC + j] = conv_w[c0 + e][j]: DC vector loads of one contiguous run
+  {
+    const Vec* wp = reinterpret_cast<const Vec*>(p.w + static_cast<size_t>(c0) * DC);
+#pragma unroll
+    for (int q = 0; q < DC; ++q) unpack_v(wp[q], wt + V * q);
+#pragma unroll
+    for (int i = 0; i < V * DC; ++i) wt[i] = opaque(wt[i]);  // unpacked once, not at every use
+  }
+  // Row r (called for r = r0, r0 + 1, ... in order) once it has landed; then
+  // row r + kS - 1 is sent into the slot row r - 1 used.
+  static_assert((kS & (kS - 1)) == 0 && kS >= 2, "ring slots: a power of two");
+  auto next = [&](int r) -> Vec {
+    cp_async_wait<kS - 2>();
+    const uint32_t slot = static_cast<uint32_t>(r - r0) & (kS - 1);  // r >= r0
+    const Vec v = ring[slot][threadIdx.x];
+    const int ahead = r + kS - 1;
+    if (ahead < r1) cp_async_v<V>(ring0 + ((slot + kS - 1) & (kS - 1)) * kSlotBytes, xc + static_cast<size_t>(ahead) * ld);
+    cp_async_commit();
+    return v;
+  };
+  float win[kHist][V];  // win[j] = input row r - kHist + j
+  // One output row from the window and row r's input, then slide the window.
+  auto step = [&](int r, const Vec& raw) {
+    float xin[V], y[V];
+    unpack_v(raw, xin);
+#pragma unroll
+    for (int e = 0; e < V; ++e) xin[e] = opaque(xin[e]);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      float u = 0.f;
+#pragma unroll
+      for (int j = 0; j < kHist; ++j) u = fmaf(wt[e * DC + j], win[j][e], u);
+      u = fmaf(wt[e * DC + kHist], xin[e], u);
+      y[e] = u / (1.f + expf(-u));  // silu, the window kernel's formula
+    }
+    Vec o;
+    pack_v(y, &o);
+    __stcs(reinterpret_cast<Vec*>(oc + static_cast<size_t>(r) * ld), o);  // streaming: read by the next kernel, not here
+#pragma unroll
+    for (int j = 0; j + 1 < kHist; ++j)
+#pragma unroll
+      for (int e = 0; e < V; ++e) win[j][e] = win[j + 1][e];
+#pragma unroll
+    for (int e = 0; e < V; ++e) win[kHist - 1][e] = xin[e];
+  };
+  StreamRows rows{0, 0};
+  int b = -1;
+  for (int r = r0; r < r1;) {
+    if (b < 0 || r >= rows.end) {  // r starts a run or a stream: look its stream up, load the window
+      b = find_stream(p, r, &rows);
+      if (b < 0) {  // a row no stream owns stays poisoned (its input still passes through the ring)
+        next(r);
+        ++r;
+        continue;
+      }
+#pragma unroll
+      for (int j = 0; j < kHist; ++j) {
+        const int src = r - kHist + j;
+        if (src >= rows.begin || (p.bleed && b > 0 && src >= 0)) {  // rows before r: read directly, not staged
+          unpack_v(*reinterpret_cast<const Vec*>(xc + static_cast<size_t>(src) * ld), win[j]);
+        } else {
+          const uint16_t* sp = p.conv_state + (static_cast<size_t>(b) * p.conv_dim + c0) * kHist +
+                               (kHist + (src - rows.begin));
+#pragma unroll
+          for (int e = 0; e < V; ++e) win[j][e] = bf16_to_float(sp[static_cast<size_t>(e) * kHist]);
+        }
+      }
+    }
+    const int end = min(r1, rows.end);  // this stream's rows of the run: [r, end)
+    constexpr int kU = ConvConfig::kStageUnroll;
+    for (; r + kU <= end; r += kU) {
+#pragma unroll
+      for (int t = 0; t < kU; ++t) step(r + t, next(r + t));
+    }
+    for (; r < end; ++r) step(r, next(r));
+  }
+}
+// host-emulated: end
+
 // One thread per (stream, channel): new[k] = (old ++ rows)[count + k], all
 // values read before any is written (old and new share the buffer).
 __global__ void __launch_bounds__(ConvConfig::kThreads) conv_state_update_kernel(ConvParams p) {
@@ -277,6 +452,11 @@ int conv_window_run(uint32_t total_tokens, int groups) {
 
 }  // namespace
 
+bool conv1d_stage_supports(const LayerShape& shape) {
+  const int conv_dim = 2 * shape.num_k_heads * shape.k_dim + shape.num_v_heads * shape.v_dim;
+  return conv_dim > 0 && conv_dim % ConvConfig::kStageVec == 0 && shape.d_conv >= 2 && shape.d_conv <= 4;
+}
+
 bool conv1d_window_supports(const LayerShape& shape) {
   const int conv_dim = 2 * shape.num_k_heads * shape.k_dim + shape.num_v_heads * shape.v_dim;
   return conv_dim > 0 && conv_dim % ConvConfig::kVec == 0 && shape.d_conv >= 2 && shape.d_conv <= 4;
@@ -301,7 +481,27 @@ cudaError_t launch_conv1d(cudaStream_t stream, const LayerShape& shape, uint32_t
   p.conv_out = reinterpret_cast<uint16_t*>(conv_out);
   constexpr int kT = ConvConfig::kThreads;
   if (total_tokens > 0) {
-    if (impl == Conv1dImpl::window && conv1d_window_supports(shape)) {
+    if (impl == Conv1dImpl::stage8 && conv1d_window_supports(shape)) {  // stage on 8 channels: window's shapes
+      const int groups = p.conv_dim / 8;
+      const int run = conv_window_run(total_tokens, groups);
+      const long long n = (static_cast<long long>(total_tokens) + run - 1) / run * groups;
+      const unsigned grid = static_cast<unsigned>((n + kT - 1) / kT);
+      switch (p.d_conv) {
+        case 2: conv1d_stage_kernel<2, 8><<<grid, kT, 0, stream>>>(p, run); break;
+        case 3: conv1d_stage_kernel<3, 8><<<grid, kT, 0, stream>>>(p, run); break;
+        default: conv1d_stage_kernel<4, 8><<<grid, kT, 0, stream>>>(p, run); break;
+      }
+    } else if ((impl == Conv1dImpl::stage || impl == Conv1dImpl::stage8) && conv1d_stage_supports(shape)) {
+      const int groups = p.conv_dim / ConvConfig::kStageVec;
+      const int run = conv_window_run(total_tokens, groups);
+      const long long n = (static_cast<long long>(total_tokens) + run - 1) / run * groups;
+      const unsigned grid = static_cast<unsigned>((n + kT - 1) / kT);
+      switch (p.d_conv) {
+        case 2: conv1d_stage_kernel<2, ConvConfig::kStageVec><<<grid, kT, 0, stream>>>(p, run); break;
+        case 3: conv1d_stage_kernel<3, ConvConfig::kStageVec><<<grid, kT, 0, stream>>>(p, run); break;
+        default: conv1d_stage_kernel<4, ConvConfig::kStageVec><<<grid, kT, 0, stream>>>(p, run); break;
+      }
+    } else if (impl == Conv1dImpl::window && conv1d_window_supports(shape)) {
       const int groups = p.conv_dim / ConvConfig::kVec;
       const int run = conv_window_run(total_tokens, groups);
       const long long n = (static_cast<long long>(total_tokens) + run - 1) / run * groups;

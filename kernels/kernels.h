@@ -80,10 +80,14 @@ cudaError_t launch_attention(cudaStream_t stream, const AttnArgs& args);
 // (a second launch, after all reads) the new conv_state. `conv_state_bleed` is
 // the fault: streams b > 0 read the previous stream's rows instead of their state.
 // `impl`: window (each thread slides down a run of rows; where
-// conv1d_window_supports, else row) or row (one thread per row, the oracle);
-// both give bit-identical outputs.
-enum class Conv1dImpl { window, row };
+// conv1d_window_supports, else row), stage (the window walk on 4 channels, x
+// staged through shared memory by cp.async; where conv1d_stage_supports, else
+// row), stage8 (the same on 8 channels, 16-byte copies; where
+// conv1d_window_supports, else stage) or row (one thread per row, the oracle);
+// all give bit-identical outputs.
+enum class Conv1dImpl { window, row, stage, stage8 };
 bool conv1d_window_supports(const LayerShape& shape);  // conv_dim % 8 == 0, d_conv 2..4
+bool conv1d_stage_supports(const LayerShape& shape);   // conv_dim % 4 == 0, d_conv 2..4
 cudaError_t launch_conv1d(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,
                           uint32_t total_tokens, uint64_t cu_seqlens, const bf16* x,
                           const bf16* conv_w, bf16* conv_state, bf16* conv_out,
