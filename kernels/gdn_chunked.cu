@@ -274,22 +274,30 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
     __syncthreads();
     if (t0 + kC < sr.end) fetch(t0 + kC);  // in flight during this chunk's products
 
-    // ---- 2a. P1: [K; Q] S0^T (m = tokens, n = v rows, k = k_dim). Warp (pa, pn):
-    // the k rows and the q rows of token tile pa against v tiles pn.., so the
-    // q part (o) stays in this warp's registers for P3.
-    const int pa = warp >> 2, pn = (warp & 3) * TN1;
+    // ---- 2. P1: [K; Q] S0^T and P2: [K; Q] K^T in one pass over k_dim (m = tokens;
+    // n = v rows for P1, k tokens j for P2). Warp (pa, pn): the k rows and the q
+    // rows of token tile pa against P1's v tiles pn.. and P2's j tile jt, so each
+    // A fragment feeds both products, and the q part of P1 (o) stays in this
+    // warp's registers for P3.
+    const int pa = warp >> 2, pn = (warp & 3) * TN1, jt = warp & 3;
     float o[TN1][4];
     {
       float r[TN1][4];
+      float ak2[4], aq2[4];  // P2: k rows . k_j, q rows . k_j
 #pragma unroll
       for (int ni = 0; ni < TN1; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) r[ni][e] = o[ni][e] = 0.f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ak2[e] = aq2[e] = 0.f;
 #pragma unroll 4
       for (int kk = 0; kk < KP; kk += 8) {
-        uint32_t ak[4], aq[4];
+        uint32_t ak[4], aq[4], bk[2];
         load_a_mk(ak, KQ_s + 16 * pa * KS + kk, KS, fg, ft);
         load_a_mk(aq, KQ_s + (kC + 16 * pa) * KS + kk, KS, fg, ft);
+        load_b_nk(bk, KQ_s + 8 * jt * KS + kk, KS, fg, ft);
+        mma_tf32(ak2, ak, bk);
+        mma_tf32(aq2, aq, bk);
 #pragma unroll
         for (int ni = 0; ni < TN1; ++ni) {
           uint32_t bs[2];
@@ -308,36 +316,14 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
           D_s[i * VS + v] = Bt_s[i] * (D_s[i * VS + v] - gm * r[ni][e]);
           o[ni][e] *= gm;
         }
-    }
-    // ---- 2b. P2: [K; Q] K^T (m = k and q rows, n = k tokens j): warp tile m (warp / 2), n 2(warp % 2)..+1
-    {
-      const int mt = warp >> 1, nt0 = 2 * (warp & 1);
-      float acc[2][4];
+      // A (k rows, strictly lower, beta-scaled) and M (q rows, j <= i, tf32), decayed
 #pragma unroll
-      for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[ni][e] = 0.f;
-#pragma unroll 4
-      for (int kk = 0; kk < KP; kk += 8) {
-        uint32_t a[4];
-        load_a_mk(a, KQ_s + 16 * mt * KS + kk, KS, fg, ft);
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni) {
-          uint32_t bk[2];
-          load_b_nk(bk, KQ_s + 8 * (nt0 + ni) * KS + kk, KS, fg, ft);
-          mma_tf32(acc[ni], a, bk);
-        }
+      for (int e = 0; e < 4; ++e) {
+        const int i = 16 * pa + fg + 8 * (e >> 1), j = 8 * jt + 2 * ft + (e & 1);
+        const float dec = j <= i ? expf(Gr_s[i] - Gr_s[j]) : 0.f;
+        A_s[i * CS + j] = j < i ? Bt_s[i] * dec * ak2[e] : 0.f;
+        M_s[i * CS + j] = tf32_round(dec * aq2[e]);
       }
-#pragma unroll
-      for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = 16 * mt + fg + 8 * (e >> 1), j = 8 * (nt0 + ni) + 2 * ft + (e & 1);
-          const int i = row < kC ? row : row - kC;
-          const float dec = j <= i ? expf(Gr_s[i] - Gr_s[j]) : 0.f;
-          if (row < kC) A_s[i * CS + j] = j < i ? Bt_s[i] * dec * acc[ni][e] : 0.f;
-          else M_s[i * CS + j] = tf32_round(dec * acc[ni][e]);
-        }
     }
     __syncthreads();
 
