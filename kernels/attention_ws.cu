@@ -1,7 +1,8 @@
 // attention_ws.cu: version 4 of the paged varlen causal GQA attention, after
-// FlashAttention-3: a CTA of three warpgroups owns one work item (stream,
-// q-tile) and one kv head, 128 query vectors (heads packed into M) exactly as
-// the wgmma kernel (version 3), so the same longest-first work list serves it.
+// FlashAttention-3: a persistent CTA of three warpgroups (one per SM) walks the
+// longest-first work list of the wgmma kernel (version 3) in a snake order; an
+// entry is one work item (stream, q-tile) and one kv head, 128 query vectors
+// (heads packed into M), as in version 3.
 //   warpgroup 0, producer (setmaxnreg down to 40): one warp loads K and V tiles
 //     through the stream's block table into an S-stage shared-memory ring, K and
 //     V with their own full/empty mbarriers. An in-bound tile whose pieces lie
@@ -43,29 +44,34 @@ struct WsConfig {
   static constexpr int kConsumerRegs = 232;
 };
 
-// Per-head-dim traits: keys per K/V tile and ring depth. Shared memory:
-// Q [D/64][128][64] + K and V rings [S][D/64][N][64] bf16 + 4 S mbarriers
-// (+ 1 KB to align the base to a swizzle atom). d256 keeps N = 64 so Q (64 KB)
-// and two stages of K and V (128 KB) fit; the consumers' registers (O 128,
+// Per-head-dim traits: keys per K/V tile, ring depth, Q buffers. Shared memory:
+// QB x Q [D/64][128][64] + K and V rings [S][D/64][N][64] bf16 + 4 S + 2 QB
+// mbarriers (+ 1 KB to align the base to a swizzle atom). With two Q buffers the
+// producer loads the next item's Q by TMA while the consumers work on this one;
+// d256 has room for one (Q 64 KB + two stages of K and V 128 KB), which its
+// consumers load themselves, and keeps N = 64; the consumers' registers (O 128,
 // S 32, P 16 per thread) fit 232.
-template <int D_, int BlockN, int Stages>
+template <int D_, int BlockN, int Stages, int QBuffers>
 struct WsTraits {
   static constexpr int D = D_;
   static constexpr int kBlockN = BlockN;
   static constexpr int kStages = Stages;
+  static constexpr int kQBuffers = QBuffers;  // 2: the producer loads the next item's Q during this one
   static constexpr int kBlockM = WsConfig::kBlockM;
   static constexpr uint32_t kQBytes = kBlockM * D * 2;
   static constexpr uint32_t kTileBytes = kBlockN * D * 2;
-  static constexpr uint32_t kBarOffset = kQBytes + 2 * kStages * kTileBytes;
-  static constexpr size_t kSmemBytes = kBarOffset + 4 * kStages * 8 + 1024;
+  static constexpr uint32_t kBarOffset = kQBuffers * kQBytes + 2 * kStages * kTileBytes;
+  static constexpr int kBarriers = 4 * kStages + 2 * kQBuffers;
+  static constexpr size_t kSmemBytes = kBarOffset + kBarriers * 8 + 1024;
   static_assert(D == 64 || D == 128 || D == 256, "P V is one m64nDk16 wgmma per k-step");
   static_assert(kBlockN == 64 || kBlockN == 128, "S is one m64nNk16 wgmma per k-step");
   static_assert(kStages >= 2, "K of tile k + 1 loads while tile k is in use");
+  static_assert(kQBuffers == 1 || kQBuffers == 2, "one Q buffer (loaded by the consumers) or two (by the producer)");
   static_assert(kSmemBytes <= 227 * 1024, "fits an H200 SM's shared memory");
 };
-using WsD64 = WsTraits<64, 128, 3>;
-using WsD128 = WsTraits<128, 128, 2>;
-using WsD256 = WsTraits<256, 64, 2>;
+using WsD64 = WsTraits<64, 128, 3, 2>;
+using WsD128 = WsTraits<128, 128, 2, 2>;
+using WsD256 = WsTraits<256, 64, 2, 1>;
 
 namespace {
 
@@ -76,7 +82,10 @@ struct WsParams {
   int block_size, num_blocks;
   int block_shift;    // log2(block_size) when a power of two, else -1
   int tma_rows;       // rows of a TMA box; 0: cp.async only
+  int q_tma;          // 1: the producer loads Q by TMA (two Q buffers and a Q tensor map)
+  uint32_t q_tx;      // bytes of one item's Q boxes (heads_per_cta x rows_per_tile rows)
   int bound_extra;    // 1 under the causal-off-by-one fault
+  int num_items;      // grid entries of the work list: num_work x kv heads x head chunks
   float scale_log2;
   const int32_t* cu_seqlens;
   const int32_t* kv_lens;
@@ -87,6 +96,49 @@ struct WsParams {
   const uint16_t* v_cache;
   uint16_t* out;
 };
+
+// One entry of the work list as a CTA sees it: (work item, kv head, head chunk)
+// decoded, every bound read from device memory and clamped. valid == false for
+// padding items ({-1, -1}), bad streams and tiles past a stream's end: the
+// producer and the consumers skip the same entries.
+struct WsItem {
+  bool valid;
+  int kvh, begin, row0, nrows, head0, nheads;
+  int base_bound, bound_lo, bound_hi, num_tiles;
+  const int32_t* table;
+};
+template <int N>
+__device__ __forceinline__ WsItem ws_item(const WsParams& p, int x) {
+  using namespace detail;
+  WsItem w{};
+  w.valid = false;
+  if (x < 0 || x >= p.num_items) return w;
+  const int per_item = p.num_kv_heads * p.head_chunks;
+  const int item = x / per_item;
+  const int yy = x - item * per_item;
+  w.kvh = yy / p.head_chunks;
+  const int hc = yy - w.kvh * p.head_chunks;
+  const AttnWorkItem wi = p.work[item];
+  const int b = wi.stream;
+  if (b < 0 || b >= p.batch_size || wi.tile < 0) return w;
+  const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
+  const int count = sr.count();
+  w.row0 = wi.tile * p.rows_per_tile;
+  if (w.row0 >= count) return w;
+  w.begin = sr.begin;
+  w.nrows = min(p.rows_per_tile, count - w.row0);
+  const int kv_len = clamp_int(p.kv_lens[b], 0, p.max_blocks_per_seq * p.block_size);
+  const int chunk_start = max(kv_len - count, 0);
+  w.table = reinterpret_cast<const int32_t*>(p.block_table_ptrs[b]);
+  w.head0 = w.kvh * p.group + hc * p.heads_per_cta;
+  w.nheads = min(p.heads_per_cta, p.group - hc * p.heads_per_cta);
+  w.base_bound = chunk_start + w.row0 + p.bound_extra;
+  w.bound_lo = w.base_bound;
+  w.bound_hi = w.base_bound + w.nrows - 1;
+  w.num_tiles = w.bound_hi / N + 1;
+  w.valid = true;
+  return w;
+}
 
 #ifdef PB_WGMMA_ENABLED
 // ---- PTX wrappers: mbarriers, TMA, named barriers, register rebalancing -----
@@ -116,6 +168,13 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+// One box of a 3-d tensor map (Q: [T, Hq, D]) into shared memory.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
 __device__ __forceinline__ void named_sync(int id, int threads) {
@@ -156,7 +215,7 @@ __device__ __forceinline__ void wgmma_pv(float (&o)[D / 8][4], const uint32_t (&
 template <class Tr>
 __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     attention_ws_kernel(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
-                        WsParams p) {
+                        const __grid_constant__ CUtensorMap q_map, WsParams p) {
 #ifdef PB_WGMMA_ENABLED
   using namespace detail;
   constexpr int D = Tr::D;
@@ -171,42 +230,22 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
   constexpr uint32_t kTileBytes = Tr::kTileBytes;
 
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t q_base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // [D/64][M][64]
-  const uint32_t k_base = q_base + Tr::kQBytes;                    // [S][D/64][N][64]
+  constexpr int QB = Tr::kQBuffers;
+  const uint32_t q_base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // [QB][D/64][M][64]
+  const uint32_t k_base = q_base + QB * Tr::kQBytes;               // [S][D/64][N][64]
   const uint32_t v_base = k_base + S * kTileBytes;
   const uint32_t bar_base = q_base + Tr::kBarOffset;
   // full_k[s], full_v[s]: the producer's arrival + TMA bytes; empty_k[s], empty_v[s]: one per consumer warp.
   auto full_bar = [&](int which, int s) { return bar_base + 8u * (which * S + s); };
   auto empty_bar = [&](int which, int s) { return bar_base + 8u * ((2 + which) * S + s); };
+  // q_full[b]: the producer's Q boxes of buffer b (q_tma); q_empty[b]: one per consumer warp, after its epilogue.
+  auto q_full = [&](int b) { return bar_base + 8u * (4 * S + b); };
+  auto q_empty = [&](int b) { return bar_base + 8u * (4 * S + QB + b); };
+  const bool q_tma = QB == 2 && p.q_tma != 0;
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int wg = warp >> 2;
-
-  // The work item: everything below is uniform over the CTA, so an early return
-  // happens before any barrier.
-  const int per_item = p.num_kv_heads * p.head_chunks;
-  const int item = blockIdx.x / per_item;
-  const int yy = blockIdx.x - item * per_item;
-  const int kvh = yy / p.head_chunks;
-  const int hc = yy - kvh * p.head_chunks;
-  const AttnWorkItem w = p.work[item];
-  const int b = w.stream;
-  if (b < 0 || b >= p.batch_size || w.tile < 0) return;
-  const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
-  const int count = sr.count();
-  const int row0 = w.tile * p.rows_per_tile;
-  if (row0 >= count) return;
-  const int nrows = min(p.rows_per_tile, count - row0);
-  const int kv_len = clamp_int(p.kv_lens[b], 0, p.max_blocks_per_seq * p.block_size);
-  const int chunk_start = max(kv_len - count, 0);
-  const int32_t* table = reinterpret_cast<const int32_t*>(p.block_table_ptrs[b]);
-  const int head0 = kvh * p.group + hc * p.heads_per_cta;
-  const int nheads = min(p.heads_per_cta, p.group - hc * p.heads_per_cta);
-  const int base_bound = chunk_start + row0 + p.bound_extra;
-  const int bound_lo = base_bound;
-  const int bound_hi = base_bound + nrows - 1;
-  const int num_tiles = bound_hi / N + 1;
 
   if (tid == 0) {
     for (int s = 0; s < S; ++s)
@@ -214,9 +253,26 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
         mbar_init(full_bar(which, s), 1);
         mbar_init(empty_bar(which, s), 4 * WsConfig::kConsumers);
       }
+    for (int b = 0; b < QB; ++b) {
+      mbar_init(q_full(b), 1);
+      mbar_init(q_empty(b), 4 * WsConfig::kConsumers);
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+
+  // Persistent: CTA i takes items i, 2G-1-i, 2G+i, ... of the longest-first list
+  // (G = gridDim.x; a snake, so every CTA gets a fair share of long and short
+  // items). Producer and consumers walk the same sequence and skip the same
+  // items; `it` counts K/V tiles across items, so ring stages and mbarrier
+  // phases run on from one item to the next and the producer loads the next
+  // item's first tiles while the consumers finish this one.
+  const int total = p.num_items;
+  const int G = static_cast<int>(gridDim.x);
+  auto item_at = [&](int r) {
+    const int i = static_cast<int>(blockIdx.x);
+    return r * G + ((r & 1) ? G - 1 - i : i);
+  };
 
   if (wg == 0) {
     // ---- producer ----
@@ -225,64 +281,84 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     const int R = p.tma_rows;
     const int pieces = R > 0 ? N / R : 0;
     const size_t kv_row_stride = static_cast<size_t>(p.num_kv_heads) * D;
-    const size_t head_off = static_cast<size_t>(kvh) * D;
-    for (int kt = 0; kt < num_tiles; ++kt) {
-      const int st = kt % S;
-      const uint32_t ph = (kt / S) & 1;
-      const int j0 = kt * N;
-      // TMA when the whole tile is in bound and every piece's block id is valid.
-      bool tma = false;
-      int blk = 0, off = 0;
-      if (pieces > 0 && j0 + N - 1 <= bound_hi) {
-        int ok = 1;
-        if (lane < pieces) {
-          const int j = j0 + lane * R;
-          const int bi = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
-          off = j - bi * p.block_size;
-          blk = bi <= p.max_blocks_per_seq ? __ldg(table + bi) : -1;
-          ok = blk >= 0 && blk < p.num_blocks;
-        }
-        tma = __all_sync(0xffffffffu, ok) != 0;
-      }
+    uint32_t it = 0, nq = 0;  // K/V tiles and valid items so far
 #pragma unroll 1
-      for (int which = 0; which < 2; ++which) {
-        mbar_wait(empty_bar(which, st), ph ^ 1u);
-        const uint32_t dst = (which == 0 ? k_base : v_base) + st * kTileBytes;
-        const uint32_t bar = full_bar(which, st);
-        if (tma) {
-          if (lane == 0) mbar_arrive_expect_tx(bar, kTileBytes);
-          __syncwarp();
-          if (lane < pieces) {
-            const CUtensorMap* map = which == 0 ? &k_map : &v_map;
+    for (int r = 0; r * G < total; ++r) {
+      const WsItem w = ws_item<N>(p, item_at(r));
+      if (!w.valid) continue;
+      if (q_tma) {  // this item's Q into buffer nq % 2, once the item two back has left it
+        const int qb = nq % QB;
+        mbar_wait(q_empty(qb), ((nq / QB) & 1) ^ 1u);
+        if (lane == 0) {
+          mbar_arrive_expect_tx(q_full(qb), p.q_tx);
 #pragma unroll
-            for (int slab = 0; slab < D / 64; ++slab)
-              tma_load_4d(dst + slab * (N * 128) + lane * (R * 128), map, slab * 64, kvh, off, blk, bar);
-          }
-        } else {
-          const uint16_t* cache = which == 0 ? p.k_cache : p.v_cache;
-#pragma unroll 4
-          for (int idx = lane; idx < N * CH; idx += 32) {
-            const int row = idx / CH, ch = idx % CH;
-            const uint32_t d = dst + slab_off<N>(row, ch);
-            const int j = j0 + row;
-            if (j > bound_hi) {
-              st_shared16(d, 0u);
-              continue;
-            }
+          for (int slab = 0; slab < D / 64; ++slab)
+            tma_load_3d(q_base + qb * Tr::kQBytes + slab * (M * 128), &q_map, slab * 64, w.head0, w.begin + w.row0,
+                        q_full(qb));
+        }
+        __syncwarp();
+      }
+      ++nq;
+      const size_t head_off = static_cast<size_t>(w.kvh) * D;
+#pragma unroll 1
+      for (int kt = 0; kt < w.num_tiles; ++kt, ++it) {
+        const int st = it % S;
+        const uint32_t ph = (it / S) & 1;
+        const int j0 = kt * N;
+        // TMA when the whole tile is in bound and every piece's block id is valid.
+        bool tma = false;
+        int blk = 0, off = 0;
+        if (pieces > 0 && j0 + N - 1 <= w.bound_hi) {
+          int ok = 1;
+          if (lane < pieces) {
+            const int j = j0 + lane * R;
             const int bi = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
-            const int bk = bi <= p.max_blocks_per_seq ? __ldg(table + bi) : -1;
-            if (bk < 0 || bk >= p.num_blocks) {
-              st_shared16(d, 0x7fc07fc0u);
-            } else {
-              const size_t slot = static_cast<size_t>(bk) * p.block_size + (j - bi * p.block_size);
-              cp_async16(d, cache + slot * kv_row_stride + head_off + ch * 8);
-            }
+            off = j - bi * p.block_size;
+            blk = bi <= p.max_blocks_per_seq ? __ldg(w.table + bi) : -1;
+            ok = blk >= 0 && blk < p.num_blocks;
           }
-          cp_async_commit();
-          cp_async_wait<0>();
-          fence_proxy_async();  // this lane's writes -> visible to the consumers' wgmma (async proxy)
-          __syncwarp();
-          if (lane == 0) mbar_arrive(bar);
+          tma = __all_sync(0xffffffffu, ok) != 0;
+        }
+#pragma unroll 1
+        for (int which = 0; which < 2; ++which) {
+          mbar_wait(empty_bar(which, st), ph ^ 1u);
+          const uint32_t dst = (which == 0 ? k_base : v_base) + st * kTileBytes;
+          const uint32_t bar = full_bar(which, st);
+          if (tma) {
+            if (lane == 0) mbar_arrive_expect_tx(bar, kTileBytes);
+            __syncwarp();
+            if (lane < pieces) {
+              const CUtensorMap* map = which == 0 ? &k_map : &v_map;
+#pragma unroll
+              for (int slab = 0; slab < D / 64; ++slab)
+                tma_load_4d(dst + slab * (N * 128) + lane * (R * 128), map, slab * 64, w.kvh, off, blk, bar);
+            }
+          } else {
+            const uint16_t* cache = which == 0 ? p.k_cache : p.v_cache;
+#pragma unroll 4
+            for (int idx = lane; idx < N * CH; idx += 32) {
+              const int row = idx / CH, ch = idx % CH;
+              const uint32_t d = dst + slab_off<N>(row, ch);
+              const int j = j0 + row;
+              if (j > w.bound_hi) {
+                st_shared16(d, 0u);
+                continue;
+              }
+              const int bi = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
+              const int bk = bi <= p.max_blocks_per_seq ? __ldg(w.table + bi) : -1;
+              if (bk < 0 || bk >= p.num_blocks) {
+                st_shared16(d, 0x7fc07fc0u);
+              } else {
+                const size_t slot = static_cast<size_t>(bk) * p.block_size + (j - bi * p.block_size);
+                cp_async16(d, cache + slot * kv_row_stride + head_off + ch * 8);
+              }
+            }
+            cp_async_commit();
+            cp_async_wait<0>();
+            fence_proxy_async();  // this lane's writes -> visible to the consumers' wgmma (async proxy)
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar);
+          }
         }
       }
     }
@@ -294,196 +370,225 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
   const int c = wg - 1;          // consumer index
   const int ct = tid & 127;      // thread within the warpgroup
   const int g = lane >> 2, t = lane & 3;
-
-  // Q: this warpgroup's 64 query vectors; padding vectors duplicate a real one.
-  for (int idx = ct; idx < 64 * CH; idx += 128) {
-    const int r = idx / CH, ch = idx % CH;
-    const int v = c * 64 + r;
-    const int rl = min(v / p.heads_per_cta, nrows - 1);
-    const int hh = min(v - (v / p.heads_per_cta) * p.heads_per_cta, nheads - 1);
-    const size_t qrow = static_cast<size_t>(sr.begin + row0 + rl) * p.num_q_heads + head0 + hh;
-    cp_async16(q_base + slab_off<M>(v, ch), p.q_rot + qrow * D + ch * 8);
-  }
-  cp_async_commit();
-  cp_async_wait<0>();
-  fence_proxy_async();
-  named_sync(kBarWg + c, 128);
-
   const int m0 = c * 64 + (warp & 3) * 16;  // this warp's 16 vectors
-  int bound[2];
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) bound[hr] = base_bound + min((m0 + g + 8 * hr) / p.heads_per_cta, nrows - 1);
-  const uint32_t q_wg = q_base + c * 64 * 128;
+  uint32_t it = 0, nq = 0;  // the producer's running tile and item counts, kept in step
 
-  float o[NT_O][4];
-#pragma unroll
-  for (int n = 0; n < NT_O; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.f, 0.f};
-  uint32_t pa[KSTEPS_PV][4];
-  float s[NT_S][4];
+#pragma unroll 1
+  for (int r = 0; r * G < total; ++r) {
+    const WsItem w = ws_item<N>(p, item_at(r));
+    if (!w.valid) continue;
+    const int num_tiles = w.num_tiles;
 
-  auto issue_pv = [&](int st) {
-    const uint32_t vt = v_base + st * kTileBytes;
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS_PV; ++kk) wgmma_pv<D>(o, pa[kk], gmma_desc(vt + kk * 16 * 128, N * 128, 1024));
-  };
-  auto release = [&](uint32_t bar) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar);
-  };
-
-  // S = Q K^T of tile kt into s (issued, not waited for).
-  auto issue_s = [&](int st) {
-#pragma unroll
-    for (int n = 0; n < NT_S; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
-    wgmma_fence();
-    const uint32_t kt_base = k_base + st * kTileBytes;
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks)
-      wgmma_s<N>(s, gmma_desc(q_wg + (ks >> 2) * (M * 128) + (ks & 3) * 32, 16, 1024),
-                 gmma_desc(kt_base + (ks >> 2) * (N * 128) + (ks & 3) * 32, 16, 1024), ks > 0);
-    wgmma_commit();
-  };
-  // Online softmax (base 2) of tile kt's s in place: p = exp2(s * scale_log2 - m);
-  // masked keys get p = 0 explicitly, never exp(-inf - -inf). Returns the rescale
-  // factors of O in alpha.
-  auto softmax = [&](int kt, float (&alpha)[2]) {
-    const int j0 = kt * N;
-    const bool masked_tile = j0 + N - 1 > bound_lo;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      if (masked_tile) {
-#pragma unroll
-        for (int n = 0; n < NT_S; ++n)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (j0 + n * 8 + 2 * t + e > bound[hr]) s[n][2 * hr + e] = -INFINITY;
+    // Q: this warpgroup's 64 query vectors in buffer qb. By the producer's TMA
+    // (rows past heads_per_cta x rows_per_tile keep stale values and rows past
+    // the stream hold other tokens: their outputs are never stored), or loaded
+    // here, padding vectors duplicating a real one; then the barrier first: the
+    // previous item's epilogue read these rows back.
+    const int qb = nq % QB;
+    const uint32_t q_buf = q_base + qb * Tr::kQBytes;
+    const uint32_t q_wg = q_buf + c * 64 * 128;
+    if (q_tma) {
+      mbar_wait(q_full(qb), (nq / QB) & 1);
+    } else {
+      named_sync(kBarWg + c, 128);
+      for (int idx = ct; idx < 64 * CH; idx += 128) {
+        const int rr = idx / CH, ch = idx % CH;
+        const int v = c * 64 + rr;
+        const int rl = min(v / p.heads_per_cta, w.nrows - 1);
+        const int hh = min(v - (v / p.heads_per_cta) * p.heads_per_cta, w.nheads - 1);
+        const size_t qrow = static_cast<size_t>(w.begin + w.row0 + rl) * p.num_q_heads + w.head0 + hh;
+        cp_async16(q_buf + slab_off<M>(v, ch), p.q_rot + qrow * D + ch * 8);
       }
-      float mx = -INFINITY;
+      cp_async_commit();
+      cp_async_wait<0>();
+      fence_proxy_async();
+      named_sync(kBarWg + c, 128);
+    }
+    ++nq;
+
+    int bound[2];
 #pragma unroll
-      for (int n = 0; n < NT_S; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[hr], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new * p.scale_log2;
-      alpha[hr] = fast_exp2(m_run[hr] * p.scale_log2 - m_use);
-      m_run[hr] = m_new;
-      float lsum = 0.f;
+    for (int hr = 0; hr < 2; ++hr) bound[hr] = w.base_bound + min((m0 + g + 8 * hr) / p.heads_per_cta, w.nrows - 1);
+
+    float o[NT_O][4];
+#pragma unroll
+    for (int n = 0; n < NT_O; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY};
+    float l_run[2] = {0.f, 0.f};
+    uint32_t pa[KSTEPS_PV][4];
+    float s[NT_S][4];
+
+    auto issue_pv = [&](int st) {
+      const uint32_t vt = v_base + st * kTileBytes;
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS_PV; ++kk) wgmma_pv<D>(o, pa[kk], gmma_desc(vt + kk * 16 * 128, N * 128, 1024));
+    };
+    auto release = [&](uint32_t bar) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar);
+    };
+
+    // S = Q K^T of the tile in stage st into s (issued, not waited for).
+    auto issue_s = [&](int st) {
 #pragma unroll
       for (int n = 0; n < NT_S; ++n)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = fast_exp2(fmaf(s[n][2 * hr + e], p.scale_log2, -m_use));
-          lsum += pv;
-          s[n][2 * hr + e] = pv;
+        for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+      wgmma_fence();
+      const uint32_t kt_base = k_base + st * kTileBytes;
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks)
+        wgmma_s<N>(s, gmma_desc(q_wg + (ks >> 2) * (M * 128) + (ks & 3) * 32, 16, 1024),
+                   gmma_desc(kt_base + (ks >> 2) * (N * 128) + (ks & 3) * 32, 16, 1024), ks > 0);
+      wgmma_commit();
+    };
+    // Online softmax (base 2) of tile kt's s in place: p = exp2(s * scale_log2 - m);
+    // masked keys get p = 0 explicitly, never exp(-inf - -inf). Returns the rescale
+    // factors of O in alpha.
+    auto softmax = [&](int kt, float (&alpha)[2]) {
+      const int j0 = kt * N;
+      const bool masked_tile = j0 + N - 1 > w.bound_lo;
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        if (masked_tile) {
+#pragma unroll
+          for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (j0 + n * 8 + 2 * t + e > bound[hr]) s[n][2 * hr + e] = -INFINITY;
         }
-      l_run[hr] = l_run[hr] * alpha[hr] + lsum;
-    }
-  };
-  // P rounded to bf16: the S accumulator layout is the A fragment layout of P V.
-  auto pack_p = [&]() {
+        float mx = -INFINITY;
 #pragma unroll
-    for (int kk = 0; kk < KSTEPS_PV; ++kk) {
-      pa[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-      pa[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-      pa[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
-  };
-  // Turns on the tensor cores: consumer c waits on barrier kBarTurn + c and then
-  // hands the turn to the other; consumer 1 hands consumer 0 the first turn and
-  // skips the hand-over after its last (every arrival has its wait).
-  auto my_turn = [&]() { named_sync(kBarTurn + c, 256); };
-  auto pass_turn = [&](int kt) {
-    if (!(c == 1 && kt == num_tiles - 1)) named_arrive(kBarTurn + (1 - c), 256);
-  };
-  if (c == 1) named_arrive(kBarTurn + 0, 256);
-
-  {  // tile 0: S alone (O is zero, nothing to rescale)
-    float alpha[2];
-    mbar_wait(full_bar(0, 0), 0);
-    my_turn();
-    issue_s(0);
-    pass_turn(0);
-    wgmma_wait0();
-    release(empty_bar(0, 0));
-    softmax(0, alpha);
-    pack_p();
-  }
-#pragma unroll 1
-  for (int kt = 1; kt < num_tiles; ++kt) {
-    const int st = kt % S, pst = (kt - 1) % S;
-    mbar_wait(full_bar(0, st), (kt / S) & 1);
-    mbar_wait(full_bar(1, pst), ((kt - 1) / S) & 1);  // (no divergent wait between the two issues)
-    my_turn();
-    issue_s(st);  // this tile's S, then the previous tile's O += P V behind it
-    issue_pv(pst);
-    wgmma_commit();
-    pass_turn(kt);
-    wgmma_wait1();  // S is done: K of tile kt is free; the softmax runs under P V
-    release(empty_bar(0, st));
-    float alpha[2];
-    softmax(kt, alpha);
-    wgmma_wait0();  // P V of tile kt - 1 is done: its V is free, O may be rescaled
-    release(empty_bar(1, pst));
-    if (alpha[0] != 1.f || alpha[1] != 1.f) {  // the max moved (skipping x * 1 is exact)
+        for (int n = 0; n < NT_S; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[hr], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new * p.scale_log2;
+        alpha[hr] = fast_exp2(m_run[hr] * p.scale_log2 - m_use);
+        m_run[hr] = m_new;
+        float lsum = 0.f;
 #pragma unroll
-      for (int n = 0; n < NT_O; ++n) {
-        o[n][0] *= alpha[0];
-        o[n][1] *= alpha[0];
-        o[n][2] *= alpha[1];
-        o[n][3] *= alpha[1];
+        for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = fast_exp2(fmaf(s[n][2 * hr + e], p.scale_log2, -m_use));
+            lsum += pv;
+            s[n][2 * hr + e] = pv;
+          }
+        l_run[hr] = l_run[hr] * alpha[hr] + lsum;
       }
-    }
-    pack_p();
-  }
-  {  // the last tile's O += P V
-    const int st = (num_tiles - 1) % S;
-    mbar_wait(full_bar(1, st), ((num_tiles - 1) / S) & 1);
-    wgmma_fence();
-    issue_pv(st);
-    wgmma_commit();
-    wgmma_wait0();
-    release(empty_bar(1, st));
-  }
+    };
+    // P rounded to bf16: the S accumulator layout is the A fragment layout of P V.
+    auto pack_p = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS_PV; ++kk) {
+        pa[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
+    };
+    // Turns on the tensor cores: consumer c waits on barrier kBarTurn + c and then
+    // hands the turn to the other; consumer 1 hands consumer 0 the first turn of
+    // each item and skips the hand-over after its last (every arrival has its
+    // wait, so the turns alternate strictly across items too).
+    auto my_turn = [&]() { named_sync(kBarTurn + c, 256); };
+    auto pass_turn = [&](int kt) {
+      if (!(c == 1 && kt == num_tiles - 1)) named_arrive(kBarTurn + (1 - c), 256);
+    };
+    if (c == 1) named_arrive(kBarTurn + 0, 256);
 
-  // out = O / l, rounded to bf16, staged through this warpgroup's own Q rows
-  // (its wgmma reads of them are complete in all four warps), 16-byte stores.
-  float inv_l[2];
+    {  // tile 0: S alone (O is zero, nothing to rescale)
+      float alpha[2];
+      const int st = it % S;
+      mbar_wait(full_bar(0, st), (it / S) & 1);
+      my_turn();
+      issue_s(st);
+      pass_turn(0);
+      wgmma_wait0();
+      release(empty_bar(0, st));
+      softmax(0, alpha);
+      pack_p();
+    }
+#pragma unroll 1
+    for (int kt = 1; kt < num_tiles; ++kt) {
+      const uint32_t i1 = it + kt, i0 = i1 - 1;
+      const int st = i1 % S, pst = i0 % S;
+      mbar_wait(full_bar(0, st), (i1 / S) & 1);
+      mbar_wait(full_bar(1, pst), (i0 / S) & 1);  // (no divergent wait between the two issues)
+      my_turn();
+      issue_s(st);  // this tile's S, then the previous tile's O += P V behind it
+      issue_pv(pst);
+      wgmma_commit();
+      pass_turn(kt);
+      wgmma_wait1();  // S is done: K of tile kt is free; the softmax runs under P V
+      release(empty_bar(0, st));
+      float alpha[2];
+      softmax(kt, alpha);
+      wgmma_wait0();  // P V of tile kt - 1 is done: its V is free, O may be rescaled
+      release(empty_bar(1, pst));
+      if (alpha[0] != 1.f || alpha[1] != 1.f) {  // the max moved (skipping x * 1 is exact)
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    float l = l_run[hr];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv_l[hr] = 1.f / l;
-  }
-  named_sync(kBarWg + c, 128);
-  uint32_t* stage = reinterpret_cast<uint32_t*>(smem_raw + (q_base - smem_u32(smem_raw)));
-#pragma unroll
-  for (int n = 0; n < NT_O; ++n) {
+        for (int n = 0; n < NT_O; ++n) {
+          o[n][0] *= alpha[0];
+          o[n][1] *= alpha[0];
+          o[n][2] *= alpha[1];
+          o[n][3] *= alpha[1];
+        }
+      }
+      pack_p();
+    }
+    {  // the last tile's O += P V
+      const uint32_t il = it + num_tiles - 1;
+      const int st = il % S;
+      mbar_wait(full_bar(1, st), (il / S) & 1);
+      wgmma_fence();
+      issue_pv(st);
+      wgmma_commit();
+      wgmma_wait0();
+      release(empty_bar(1, st));
+    }
+    it += num_tiles;
+
+    // out = O / l, rounded to bf16, staged through this warpgroup's own Q rows
+    // (its wgmma reads of them are complete in all four warps), 16-byte stores.
+    float inv_l[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int row = m0 + g + 8 * hr;
-      stage[(slab_off<M>(row, n) + 4 * t) / 4] = pack_bf16x2(o[n][2 * hr] * inv_l[hr], o[n][2 * hr + 1] * inv_l[hr]);
+      float l = l_run[hr];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      inv_l[hr] = 1.f / l;
     }
-  }
-  __syncwarp();
-  const uint4* stage4 = reinterpret_cast<const uint4*>(stage);
+    named_sync(kBarWg + c, 128);
+    uint32_t* stage = reinterpret_cast<uint32_t*>(smem_raw + (q_buf - smem_u32(smem_raw)));
 #pragma unroll
-  for (int i = 0; i < 16 * CH / 32; ++i) {
-    const int idx = lane + 32 * i;
-    const int r = idx / CH, ch = idx % CH;
-    const int v = m0 + r;
-    const int rl = v / p.heads_per_cta, hh = v - rl * p.heads_per_cta;
-    if (rl >= nrows || hh >= nheads) continue;
-    const uint4 val = stage4[slab_off<M>(v, ch) / 16];
-    uint16_t* dst = p.out + (static_cast<size_t>(sr.begin + row0 + rl) * p.num_q_heads + head0 + hh) * D + ch * 8;
-    *reinterpret_cast<uint4*>(dst) = val;
+    for (int n = 0; n < NT_O; ++n) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = m0 + g + 8 * hr;
+        stage[(slab_off<M>(row, n) + 4 * t) / 4] = pack_bf16x2(o[n][2 * hr] * inv_l[hr], o[n][2 * hr + 1] * inv_l[hr]);
+      }
+    }
+    __syncwarp();
+    const uint4* stage4 = reinterpret_cast<const uint4*>(stage);
+#pragma unroll
+    for (int i = 0; i < 16 * CH / 32; ++i) {
+      const int idx = lane + 32 * i;
+      const int rr = idx / CH, ch = idx % CH;
+      const int v = m0 + rr;
+      const int rl = v / p.heads_per_cta, hh = v - rl * p.heads_per_cta;
+      if (rl >= w.nrows || hh >= w.nheads) continue;
+      const uint4 val = stage4[slab_off<M>(v, ch) / 16];
+      uint16_t* dst = p.out + (static_cast<size_t>(w.begin + w.row0 + rl) * p.num_q_heads + w.head0 + hh) * D + ch * 8;
+      *reinterpret_cast<uint4*>(dst) = val;
+    }
+    if (q_tma) {  // this warp is done with buffer qb (generic reads before the next TMA write)
+      fence_proxy_async();
+      release(q_empty(qb));
+    }
   }
 #else
   __trap();  // built without sm_90a: the launcher never selects this kernel then
@@ -523,24 +628,58 @@ cudaError_t encode_cache_map(CUtensorMap* map, const void* cache, const LayerSha
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// The maps of the last (k, v, shape, rows) launched: encoding is host work of a
-// few microseconds, done again only when the caches or the shape change.
+// q_rot [T, Hq, D] bf16 as a 3-d tensor map (D fastest), box {64 dims,
+// heads_per_cta heads, rows_per_tile tokens}: the box lands as the M rows
+// (token-major, heads inside) of one 64-dim slab, 128-byte swizzle.
+cudaError_t encode_q_map(CUtensorMap* map, const void* q, const LayerShape& s, int total_tokens, int heads, int rows) {
+  const auto fn = tensor_map_encoder();
+  if (!fn) return cudaErrorNotSupported;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(s.head_dim), static_cast<cuuint64_t>(s.num_q_heads),
+                              static_cast<cuuint64_t>(total_tokens)};
+  const cuuint64_t row = static_cast<cuuint64_t>(s.head_dim) * 2;
+  const cuuint64_t strides[2] = {row, row * s.num_q_heads};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(heads), static_cast<cuuint32_t>(rows)};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(q), dims, strides, box, elem,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// The maps of the last (k, v, q, shape, rows) launched: encoding is host work of
+// a few microseconds, done again only when the buffers or the shape change.
 struct MapCache {
   const void* k = nullptr;
   const void* v = nullptr;
   int d = 0, hkv = 0, bs = 0, nb = 0, rows = 0;
   CUtensorMap km{}, vm{};
 };
+struct QMapCache {
+  const void* q = nullptr;
+  int d = 0, hq = 0, t = 0, heads = 0, rows = 0;
+  CUtensorMap qm{};
+};
 
 template <class Tr>
-cudaError_t launch_ws(cudaStream_t stream, const CUtensorMap& km, const CUtensorMap& vm, const WsParams& p,
-                      unsigned grid) {
+cudaError_t launch_ws(cudaStream_t stream, const CUtensorMap& km, const CUtensorMap& vm, const CUtensorMap& qm,
+                      WsParams p, unsigned grid) {
+  if (Tr::kQBuffers != 2) p.q_tma = 0;
   static cudaError_t state = cudaErrorNotReady;
   if (state == cudaErrorNotReady)
     state = cudaFuncSetAttribute(attention_ws_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(Tr::kSmemBytes));
   if (state != cudaSuccess) return state;
-  attention_ws_kernel<Tr><<<grid, WsConfig::kThreads, Tr::kSmemBytes, stream>>>(km, vm, p);
+  // Persistent: as many CTAs as fit at once (one per SM: the shared memory and
+  // 384 x 168 registers), never more than there are entries.
+  static int per_sm = 0;
+  if (per_sm == 0) {
+    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_ws_kernel<Tr>,
+                                                                        WsConfig::kThreads, Tr::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    per_sm = std::max(per_sm, 1);
+  }
+  grid = static_cast<unsigned>(std::min<long long>(grid, static_cast<long long>(per_sm) * detail::sm_count()));
+  attention_ws_kernel<Tr><<<grid, WsConfig::kThreads, Tr::kSmemBytes, stream>>>(km, vm, qm, p);
   return cudaGetLastError();
 }
 
@@ -588,6 +727,8 @@ cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& a, bool tma
   for (int sh = 0; sh < 31; ++sh)
     if ((1 << sh) == shape.block_size) p.block_shift = sh;
   p.tma_rows = tma ? attention_ws_tma_rows(shape) : 0;
+  p.q_tma = tma && shape.head_dim <= 128 ? 1 : 0;  // two Q buffers fit at d64 and d128 (WsTraits)
+  p.q_tx = static_cast<uint32_t>(p.heads_per_cta * p.rows_per_tile * 128 * (shape.head_dim / 64));
   p.bound_extra = a.causal_off_by_one ? 1 : 0;
   p.scale_log2 = a.scale * 1.4426950408889634f;
   p.cu_seqlens = reinterpret_cast<const int32_t*>(a.cu_seqlens);
@@ -600,6 +741,7 @@ cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& a, bool tma
   p.out = reinterpret_cast<uint16_t*>(a.out);
   const long long grid = static_cast<long long>(a.num_work) * shape.num_kv_heads * p.head_chunks;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidValue;
+  p.num_items = static_cast<int>(grid);
 
   static MapCache mc;
   if (p.tma_rows > 0) {
@@ -621,11 +763,26 @@ cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& a, bool tma
       mc.rows = p.tma_rows;
     }
   }
+  static QMapCache qc;
+  if (p.q_tma) {
+    if (qc.q != a.q_rot || qc.d != shape.head_dim || qc.hq != shape.num_q_heads || qc.t != p.total_tokens ||
+        qc.heads != p.heads_per_cta || qc.rows != p.rows_per_tile) {
+      qc = QMapCache{};
+      const cudaError_t e = encode_q_map(&qc.qm, a.q_rot, shape, p.total_tokens, p.heads_per_cta, p.rows_per_tile);
+      if (e != cudaSuccess) return e;
+      qc.q = a.q_rot;
+      qc.d = shape.head_dim;
+      qc.hq = shape.num_q_heads;
+      qc.t = p.total_tokens;
+      qc.heads = p.heads_per_cta;
+      qc.rows = p.rows_per_tile;
+    }
+  }
   const unsigned gr = static_cast<unsigned>(grid);
   switch (shape.head_dim) {
-    case 64: return launch_ws<WsD64>(stream, mc.km, mc.vm, p, gr);
-    case 128: return launch_ws<WsD128>(stream, mc.km, mc.vm, p, gr);
-    case 256: return launch_ws<WsD256>(stream, mc.km, mc.vm, p, gr);
+    case 64: return launch_ws<WsD64>(stream, mc.km, mc.vm, qc.qm, p, gr);
+    case 128: return launch_ws<WsD128>(stream, mc.km, mc.vm, qc.qm, p, gr);
+    case 256: return launch_ws<WsD256>(stream, mc.km, mc.vm, qc.qm, p, gr);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -90,12 +90,16 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
 // The warp-specialized kernel (attention_ws.cu) when asked for and the shape and
 // device allow it; it shares the tensor-core kernel's work list.
-// auto takes it at head_dim 256, where it won every measured row on the H200
-// (2026-12-03: 1.26-1.45x the wgmma kernel); at 64 and 128 the wgmma kernel
-// still wins on GQA batches (kernels/PERF-NOTES.md "ws").
+// auto takes it where it won every measured row on the H200 (kernels/PERF-NOTES.md
+// "v5"): at head_dim 256 (1.24-1.45x the wgmma kernel) and for MHA at any head
+// dim (1.10-1.16x; 32 x 512 short streams too); the wgmma kernel still wins on
+// GQA 16/2 batches at d64 and d128 (0.92-0.96x), so those stay on it.
 constexpr int kWsDefaultHeadDim = 256;
+bool ws_by_default(const LayerShape& shape) {
+  return shape.head_dim == kWsDefaultHeadDim || shape.num_q_heads == shape.num_kv_heads;
+}
 bool attention_ws(const Ctx& c, const LayerShape& shape) {
-  const bool want = c.attention.rfind("ws", 0) == 0 || (c.attention == "auto" && shape.head_dim == kWsDefaultHeadDim);
+  const bool want = c.attention.rfind("ws", 0) == 0 || (c.attention == "auto" && ws_by_default(shape));
   return want && attention_ws_supported(shape);
 }
 bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
@@ -262,7 +266,7 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
 
 pb_status describe(void* ctx, char* buf, size_t buf_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
-  std::string d = "attention=" + std::string(c.attention == "auto" ? "ws at d256 on sm_90, else mma(wgmma on sm_90)/fp32 by head_dim"
+  std::string d = "attention=" + std::string(c.attention == "auto" ? "ws at d256 or MHA on sm_90, else mma(wgmma on sm_90)/fp32 by head_dim"
                                              : c.attention == "ws" ? "ws(warp-specialized, TMA producer where block_size is a multiple of 8 that divides or is divided by the key tile (128; 64 at d256), cp.async producer otherwise)"
                                              : c.attention == "ws:cp" ? "ws:cp(warp-specialized, cp.async producer)"
                                                                       : c.attention) +

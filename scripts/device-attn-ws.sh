@@ -9,7 +9,7 @@
 # 2. prefill-bench run --impl attention=ws on every shipped scenario and the GPU
 #    scenarios (exit 0 wanted), ws:cp on those that fail;
 # 3. ws under injected faults (exit 1 wanted); compute-sanitizer memcheck and racecheck;
-# 4. timings, ws against the default kernel, on issue 15's shapes (block size 16),
+# 4. timings, ws against the wgmma kernel (mma), on issue 15's shapes (block size 16),
 #    until PB_BUDGET seconds (default 210) have gone.
 # Files in ${OUT:-results}/ (<= 8): summary.txt, mma_test.txt, correct.txt,
 # faults.txt, san-memcheck.txt, san-racecheck.txt, timing.txt.
@@ -88,7 +88,7 @@ for line in "${shapes[@]}"; do
     for t in "$@"; do printf '  - tokens: %s\n' "$t"; done
     printf 'run: {warmup: 2, repeat: 10}\nreference: {sample: 4}\n'
   } > "$yd/$name.yaml"
-  for k in ws auto; do
+  for k in ws mma; do
     run1 timing.txt "$k $name" "$yd/$name.yaml" --impl "attention=$k"
     awk -v k="$k" -v n="$name" '$3 == "attention" {l = "  time " k " " n ": " $5 " ms, " $8 " TFLOP/s"} END {print l}' \
       "$O/timing.txt" >> "$S"
