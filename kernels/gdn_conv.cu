@@ -295,7 +295,8 @@ __device__ __forceinline__ float opaque(float v) {
 // - V = 4 channels per thread (8-byte accesses; a warp still moves 256
 //   contiguous bytes per row): 4 x DC fp32 taps and a 3 x 4 window instead of
 //   8 x DC and 3 x 8, so ptxas fits 64 registers (32 warps per SM, not 16);
-//   V = 8 ("stage:8") keeps 16-byte accesses at more registers;
+//   (ConvConfig::kStageVec; 8, with 16-byte copies at 96 registers, measured
+//   slower on the H200: kernels/PERF-NOTES.md "conv1d v4");
 // - x rows are copied by cp.async into a per-thread ring of kStages slots in
 //   shared memory (slot s of thread t at ring[s][t]: a warp's reads hit
 //   consecutive words, no bank conflict), kStages - 1 rows ahead of the row
@@ -481,17 +482,7 @@ cudaError_t launch_conv1d(cudaStream_t stream, const LayerShape& shape, uint32_t
   p.conv_out = reinterpret_cast<uint16_t*>(conv_out);
   constexpr int kT = ConvConfig::kThreads;
   if (total_tokens > 0) {
-    if (impl == Conv1dImpl::stage8 && conv1d_window_supports(shape)) {  // stage on 8 channels: window's shapes
-      const int groups = p.conv_dim / 8;
-      const int run = conv_window_run(total_tokens, groups);
-      const long long n = (static_cast<long long>(total_tokens) + run - 1) / run * groups;
-      const unsigned grid = static_cast<unsigned>((n + kT - 1) / kT);
-      switch (p.d_conv) {
-        case 2: conv1d_stage_kernel<2, 8><<<grid, kT, 0, stream>>>(p, run); break;
-        case 3: conv1d_stage_kernel<3, 8><<<grid, kT, 0, stream>>>(p, run); break;
-        default: conv1d_stage_kernel<4, 8><<<grid, kT, 0, stream>>>(p, run); break;
-      }
-    } else if ((impl == Conv1dImpl::stage || impl == Conv1dImpl::stage8) && conv1d_stage_supports(shape)) {
+    if (impl == Conv1dImpl::stage && conv1d_stage_supports(shape)) {
       const int groups = p.conv_dim / ConvConfig::kStageVec;
       const int run = conv_window_run(total_tokens, groups);
       const long long n = (static_cast<long long>(total_tokens) + run - 1) / run * groups;

@@ -27,14 +27,14 @@ namespace {
 constexpr int kRopeMaxHalf = 128;  // rope.cu's RopeConfig::kMaxHalf
 constexpr bool kGdnChunkedDefault = true;  // device-checked 2026-12-02 (kernels/NOTES.md)
 constexpr bool kConvWindowDefault = true;  // device-checked 2026-12-03: bit-identical to row, 1.4x faster at 16k+ rows (kernels/NOTES.md)
-constexpr bool kConvStageDefault = false;  // auto takes stage over window once the device run (scripts/device-conv.sh) passes
+constexpr bool kConvStageDefault = true;  // device-checked 2026-12-03: bit-identical to window on 17 scenarios, 1.13-1.16x faster (kernels/PERF-NOTES.md "conv1d v4")
 
 struct Ctx {
   bool causal_off_by_one = false, conv_state_bleed = false;
   bool graph_baked_kv_len = false;  // attention reads kv_lens the launch carries (kv_lens_host), not the device array
   std::string attention = "auto";  // auto (mma where the shape allows), fp32, mma, mma:N, ws, ws:cp
   std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, split, token
-  std::string conv1d = "auto";     // auto, window or stage or stage:8 (where the shape allows), row (the oracle)
+  std::string conv1d = "auto";     // auto (stage where the shape allows), window, stage, row (the oracle)
   // The plan prepare() made, for the workspace it wrote.
   std::vector<AttnWorkItem> work;
   std::vector<float> inv_freq;
@@ -109,7 +109,6 @@ bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
 
 Conv1dImpl conv1d_impl(const Ctx& c) {
   if (c.conv1d == "stage" || (c.conv1d == "auto" && kConvStageDefault)) return Conv1dImpl::stage;
-  if (c.conv1d == "stage:8") return Conv1dImpl::stage8;
   const bool window = c.conv1d == "window" || (c.conv1d == "auto" && kConvWindowDefault);
   return window ? Conv1dImpl::window : Conv1dImpl::row;
 }
@@ -253,8 +252,8 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
     return PB_OK;
   }
   if (k == "conv1d") {
-    if (v != "auto" && v != "window" && v != "row" && v != "stage" && v != "stage:8") {
-      put(msg, msg_len, "pb-cuda conv1d variants: auto, window, row, stage, stage:8 (not '" + v + "')");
+    if (v != "auto" && v != "window" && v != "row" && v != "stage") {
+      put(msg, msg_len, "pb-cuda conv1d variants: auto, window, row, stage (not '" + v + "')");
       return PB_ERR_UNSUPPORTED;
     }
     c.conv1d = v;
@@ -274,7 +273,6 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
   const Conv1dImpl ci = conv1d_impl(c);
   d += " conv1d=" + std::string(ci == Conv1dImpl::window  ? "window(d_conv<=4)/row"
                                 : ci == Conv1dImpl::stage ? "stage(d_conv<=4)/row"
-                                : ci == Conv1dImpl::stage8 ? "stage:8(d_conv<=4)/stage/row"
                                                           : "row");
   if (c.causal_off_by_one) d += " fault=causal-off-by-one";
   if (c.conv_state_bleed) d += " fault=conv-state-bleed";

@@ -82,10 +82,8 @@ cudaError_t launch_attention(cudaStream_t stream, const AttnArgs& args);
 // `impl`: window (each thread slides down a run of rows; where
 // conv1d_window_supports, else row), stage (the window walk on 4 channels, x
 // staged through shared memory by cp.async; where conv1d_stage_supports, else
-// row), stage8 (the same on 8 channels, 16-byte copies; where
-// conv1d_window_supports, else stage) or row (one thread per row, the oracle);
-// all give bit-identical outputs.
-enum class Conv1dImpl { window, row, stage, stage8 };
+// row) or row (one thread per row, the oracle); all give bit-identical outputs.
+enum class Conv1dImpl { window, row, stage };
 bool conv1d_window_supports(const LayerShape& shape);  // conv_dim % 8 == 0, d_conv 2..4
 bool conv1d_stage_supports(const LayerShape& shape);   // conv_dim % 4 == 0, d_conv 2..4
 cudaError_t launch_conv1d(cudaStream_t stream, const LayerShape& shape, uint32_t batch_size,

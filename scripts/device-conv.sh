@@ -20,11 +20,8 @@
 #    conv1d times (step 1, --repeat 5) are in the summary too. % of 4.8 TB/s from
 #    the bytes lib/work_counts counts (the table's GB/s / 48). The ad-hoc runs'
 #    checksums are compared stage against window as well.
-# 5. while the budget lasts: stage:8 (the same kernel on 8 channels, 16-byte
-#    copies, 96 registers) on every scenario against window, and timed on the
-#    three ad-hoc shapes: the second tuning point, in case it beats stage.
 # Files in ${OUT:-results}/ (<= 8): summary.txt, correct.txt, stage.json,
-# window.json, faults.txt, san-memcheck.txt, timing.txt, stage8.json.
+# window.json, faults.txt, san-memcheck.txt, timing.txt.
 # Knobs: PB_BUNDLE, PB_BUDGET, PB_RUN_TIMEOUT (seconds per harness run, default 90).
 set -uo pipefail
 B="${PB_BUNDLE:-$PWD/bundle}"
@@ -135,19 +132,5 @@ for line in "${shapes[@]}" "qwen3-next"; do
   same "$yd/$name.stage.json" "$yd/$name.window.json" "stage vs window, $name"
 done
 
-if [ "$(el)" -le "${PB_BUDGET:-110}" ]; then
-  run1 correct.txt "stage:8: ${#all[@]} scenarios" "${all[@]}" --impl conv1d=stage:8 --repeat 5 --json "$O/stage8.json"
-  same "$O/stage8.json" "$O/window.json" "stage:8 vs window, shipped + gdn-large"
-  awk '/^--- / {on = ($2 == "stage:8:")} on' "$O/correct.txt" > "$yd/section"
-  echo "  time stage:8 gdn-large (shipped, --repeat 5):$(conv_times "$yd/section")" >> "$S"
-  for line in "${shapes[@]}"; do
-    [ "$(el)" -gt "${PB_BUDGET:-110}" ] && { echo "budget: stage:8 stopped before ${line%% *}" >> "$S"; break; }
-    name=${line%% *}
-    timed stage:8 "$name" "$yd/$name.yaml"
-    same "$yd/$name.stage:8.json" "$yd/$name.window.json" "stage:8 vs window, $name"
-  done
-else
-  echo "budget: stage:8 not run" >> "$S"
-fi
 rm -rf "$yd"
 cat "$S"

@@ -158,7 +158,7 @@ struct Tally {
   int batches = 0, differ = 0, in_flight = 0;
 };
 
-// `count` random batches through stage (V = 4) and stage:8 (V = 8, where conv_dim
+// `count` random batches through stage at V = 4 (ConvConfig::kStageVec) and V = 8 (where conv_dim
 // allows): d_conv 2..4, conv_dim 4..48, 1..6 streams (empty and 1-row ones among
 // them), trailing rows no stream owns, corrupted cu_seqlens (clamped: compared only
 // for memory safety and in-flight copies), bleed on and off, runs 1..33 rows.
