@@ -212,7 +212,7 @@ template <int KP, int VB>
 struct ScanSmem {
   static constexpr int WS = KP + 4;   // W, S: [m][k] A and [n][k] B fragments (4 mod 32)
   static constexpr int KSS = KP + 8;  // K: [k][n] B fragments, read down a column (8 mod 32)
-  static constexpr int US = VB + 8;   // U / Delta: read down a column for P4's A (8 mod 32)
+  static constexpr int US = VB + 8;   // U / Delta: read down a column for P4's A (t US + g: 32 banks)
   static constexpr int S = 0;                  // [VB][WS] tf32(S)
   static constexpr int W = S + VB * WS;        // 2 x [C][WS]
   static constexpr int K = W + 2 * kC * WS;    // 2 x [C][KSS]
