@@ -4,8 +4,8 @@
 # GPU machine from the repo root with bundle/ present (scripts/bundle.sh; or
 # PB_BUNDLE=DIR holding prefill-bench, scenarios/ and tests/gdn-large.yaml). In order,
 # each step logged, a summary printed last:
-# 1. prefill-bench run --impl gdn=split on every shipped scenario and gdn-large (exit 0
-#    wanted), and one --graph run (a replay on a second batch of the bucket);
+# 1. prefill-bench run --impl gdn=split on every shipped scenario, gdn-large and two odd
+#    shapes (exit 0 wanted), and one --graph run (a replay on a second batch of the bucket);
 # 2. compute-sanitizer memcheck on a continuation batch with split;
 # 3. issue 13's rows (YAMLs generated here), split then chunked, every check on; the gdn
 #    entry's median (split: its three launches) from the JSON report, until PB_BUDGET
@@ -41,9 +41,20 @@ run1() {  # log label args...: one harness run, its exit in the summary
   return $rc
 }
 
-# 1. correctness on every shipped scenario and gdn-large
+# 1. correctness on every shipped scenario, gdn-large and two shapes no shipped scenario
+# has (k_dim short of the 32/64/128 padding, v_dim not a multiple of the 16/32-row blocks;
+# streams shorter than, equal to and just past a chunk; a carried state)
+yd=$(mktemp -d)
+odd() {  # name k_heads v_heads k_dim v_dim
+  printf 'name: %s\nseed: 18\nmodel:\n  num_q_heads: 2\n  num_kv_heads: 1\n  head_dim: 64\n  block_size: 16\n' "$1"
+  printf '  gdn: {num_k_heads: %s, num_v_heads: %s, k_dim: %s, v_dim: %s, d_conv: 4}\n' "$2" "$3" "$4" "$5"
+  printf 'layers:\n  pattern: [gdn, gdn]\nstreams:\n  - tokens: 1\n  - tokens: 32\n  - tokens: 33\n'
+  printf '  - tokens: 700\n  - {chunk_start: 100, tokens: 77}\nrun: {warmup: 1, repeat: 2}\n'
+}
+odd split-odd-k40-v24 2 6 40 24 > "$yd/split-odd-k40-v24.yaml"
+odd split-odd-k128-v136 1 3 128 136 > "$yd/split-odd-k128-v136.yaml"
 fails=0 hangs=0
-for f in "$B"/scenarios/*.yaml "$B"/tests/gdn-large.yaml; do
+for f in "$B"/scenarios/*.yaml "$B"/tests/gdn-large.yaml "$yd"/split-odd-*.yaml; do
   [ -f "$f" ] || continue
   run1 correct.txt "$NEW $(basename "$f" .yaml)" "$f" --impl "$NEW" || { [ $? = 124 ] && hangs=$((hangs + 1)); fails=$((fails + 1)); }
   [ "$hangs" -ge 2 ] && { echo "two runs hung (timeout): the kernel deadlocks; stopping" >> "$S"; cat "$S"; exit 1; }
@@ -82,7 +93,6 @@ t = [x for r in d["runs"] for x in r["timings"] if x["kernel"] == "gdn"]
 print(f"{t[0]['median_ms']:.4f}" if t else "-")
 EOF
 }
-yd=$(mktemp -d)
 printf 'row\t%s ms\t%s ms\t%s exit\t%s exit\n' "$NEW" "$OLD" "$NEW" "$OLD" >> "$O/timing.tsv"
 lines=()
 for row in "${rows[@]}"; do
