@@ -9,7 +9,7 @@
 # 2. compute-sanitizer memcheck on a continuation batch with split;
 # 3. issue 13's rows (YAMLs generated here), split then chunked, every check on; the gdn
 #    entry's median (split: its three launches) from the JSON report, until PB_BUDGET
-#    seconds (default 220) have gone, the low-parallelism rows first.
+#    seconds (default 200) have gone, the low-parallelism rows first.
 # Files in ${OUT:-results}/ (<= 8): summary.txt, correct.txt, san-memcheck.txt,
 # timing.txt, timing.tsv. Local dry run without a GPU: PB_BACKEND=host
 # PB_NEW=gdn=recurrent PB_OLD=gdn=recurrent PB_SCALE=64 (stream lengths / 64).
@@ -96,7 +96,7 @@ EOF
 printf 'row\t%s ms\t%s ms\t%s exit\t%s exit\n' "$NEW" "$OLD" "$NEW" "$OLD" >> "$O/timing.tsv"
 lines=()
 for row in "${rows[@]}"; do
-  [ "$(el)" -gt "${PB_BUDGET:-220}" ] && { echo "budget: stopped before ${row%% *}" >> "$S"; break; }
+  [ "$(el)" -gt "${PB_BUDGET:-200}" ] && { echo "budget: stopped before ${row%% *}" >> "$S"; break; }
   set -- $row
   name=$1 hk=$2 hv=$3 d=$4
   shift 4
