@@ -5,9 +5,9 @@
 //   1. prep (parallel over chunk x v head): A_ij = beta_i e^{G_i-G_j} k_i.k_j (j < i),
 //      (I + A) [U | W] = [beta v | beta e^G k] by forward substitution;
 //   2. scan (one CTA per stream x v head x v block, chunks in order):
-//      Delta_c = U_c - W_c S_c^T, S_{c+1} = e^{G_last} S_c + (e^{G_last-G} Delta_c)^T K_c,
-//      storing S_c and Delta_c (over U_c) for step 3;
-//   3. out (parallel over chunk x v head): o = e^G q S_c^T + tril(e^{G_i-G_j} q.k) Delta_c.
+//      Delta_c = U_c - W_c S_c^T, P_c = Q_c S_c^T, S_{c+1} = e^{G_last} S_c + (e^{G_last-G} Delta_c)^T K_c,
+//      storing P_c and Delta_c (over U_c) for step 3 (P: T x v_dim per head, 1/4 of S_c's bytes at d128);
+//   3. out (parallel over chunk x v head): o = e^G P_c + tril(e^{G_i-G_j} q.k) Delta_c.
 // The products (A = K K^T, W S^T, (e^{..}Delta)^T K, M = Q K^T, Q S^T, M Delta) run
 // on tf32 mma.sync m16n8k8 (kernels/mma_tf32.cuh); the substitution, exps and scales
 // in fp32 on the CUDA cores.
@@ -62,8 +62,8 @@ struct SplitParams {
   const int32_t* count;
   const GdnSplitItem* items;
   const int32_t* chunk_first;
-  float *G, *W, *U, *Kn, *Qn, *Sc;
-  int max_chunks;  // Sc's chunk capacity (the scan never writes past it)
+  float *G, *W, *U, *Kn, *Qn, *P;  // P: q_i tf32(S_c)^T per token, v head and v row
+  int max_chunks;  // the work list's capacity
 };
 
 // Warp 0: the chunk's g scan (lane = token; padded tokens g = 0, beta = 0).
@@ -203,11 +203,13 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_prep(SplitParams s) {
 
 // ---- 2. scan: per (stream, v head, v block of VB rows), on tf32 mma.sync, the
 // fp32 state in mma accumulator registers for the whole stream (as gdn_chunked.cu's
-// P4) and a tf32 copy in shared memory for W S^T. Per chunk:
+// P4) and a tf32 copy in shared memory for W S^T and Q S^T. Per chunk:
 //   Delta = U - W tf32(S)^T (m tokens, n v rows, k k_dim), over U (shared and global);
+//   P = Q tf32(S)^T, the outputs' term of the state entering the chunk (global);
 //   S = e^{G_last} S + (tf32(e^{G_last-G} Delta))^T K (m v rows, n k_dim, k tokens).
 // The next chunk's W, K, U (already tf32 / fp32 in the workspace) are copied a chunk
-// ahead by cp.async into the other of two buffers; warp 0 keeps its G in a register.
+// ahead by cp.async into the other of two buffers, its Q once this chunk's P is done;
+// warp 0 keeps its G in a register.
 template <int KP, int VB>
 struct ScanSmem {
   static constexpr int WS = KP + 4;   // W, S: [m][k] A and [n][k] B fragments (4 mod 32)
@@ -217,7 +219,8 @@ struct ScanSmem {
   static constexpr int W = S + VB * WS;        // 2 x [C][WS]
   static constexpr int K = W + 2 * kC * WS;    // 2 x [C][KSS]
   static constexpr int U = K + 2 * kC * KSS;   // 2 x [C][US]
-  static constexpr int E = U + 2 * kC * US;    // 2 x [C] e^{G_last - G_j}
+  static constexpr int Q = U + 2 * kC * US;    // [C][WS] tf32 q (one buffer: refilled after P)
+  static constexpr int E = Q + kC * WS;        // 2 x [C] e^{G_last - G_j}
   static constexpr int GL = E + 2 * kC;        // 2 x e^{G_last} (padded to 4)
   static constexpr int total = GL + 4;
   static constexpr size_t bytes = sizeof(float) * total;
@@ -229,10 +232,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
   using L = ScanSmem<KP, VB>;
   using SG = WarpGrid<VB / 16, KP / 8>;  // the state's tiles
   constexpr int WS = L::WS, KSS = L::KSS, US = L::US;
-  constexpr int DT = 2 * (VB / 8);        // Delta's 16 x 8 tiles (2 token tiles x VB / 8 v tiles)
-  constexpr int DW = DT < 8 ? DT : 8;     // warps that own Delta tiles
-  constexpr int DN = DT / DW;             // tiles per such warp (same token tile, consecutive v tiles)
-  static_assert(VB % 16 == 0 && KP % 32 == 0 && DT % DW == 0, "tile shapes");
+  constexpr int DT = 2 * (VB / 8);  // 16 x 8 tiles of Delta and of P (2 token tiles x VB / 8 v tiles)
+  constexpr bool kHalves = DT == 4;   // VB 16: warps 0-3 Delta, 4-7 P; VB 32: each warp both
+  static_assert((DT == 4 || DT == 8) && KP % 32 == 0, "tile shapes");
   const GdnParams& p = s.p;
   const int dk = p.k_dim, dv = p.v_dim;
   const int per_stream = p.num_v_heads * p.blocks;
@@ -248,7 +250,6 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
   float* S_s = sm + L::S;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, fg = lane >> 2, ft = lane & 3;
   float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * dv * dk;
-  const size_t head_state = static_cast<size_t>(dv) * dk;
 
   // The state: this warp's SG::TM x SG::TN tiles of [VB][KP], fp32 (zero past vn, dk).
   const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
@@ -299,12 +300,27 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
     cp_async_commit();
     if (warp == 0) g_next = lane < n ? s.G[static_cast<size_t>(c0 + lane) * p.num_v_heads + h] : 0.f;
   };
+  // The chunk's tf32 q into Q_s (one buffer: called once P's reads of it are done).
+  float* Q_s = sm + L::Q;
+  auto fetch_q = [&](int c0) {
+    const int n = min(kC, sr.end - c0);
+    constexpr int KL = KP / 4;
+    for (int idx = tid; idx < kC * KL; idx += kThreads) {
+      const int i = idx / KL, c = 4 * (idx % KL);
+      if (i < n && c < dk)
+        cp_async16(smem_u32(Q_s + i * WS + c), s.Qn + (static_cast<size_t>(c0 + i) * p.num_k_heads + kh) * dk + c);
+      else
+        *reinterpret_cast<float4*>(Q_s + i * WS + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    cp_async_commit();
+  };
 
-  const int first = s.chunk_first[b];
-  if (first < 0) return;  // a corrupt work list: no barrier has been reached yet
-  if (sr.begin < sr.end) fetch(sr.begin, 0);
+  if (sr.begin < sr.end) {
+    fetch(sr.begin, 0);
+    fetch_q(sr.begin);
+  }
   int buf = 0;
-  for (int t0 = sr.begin, chunk = first; t0 < sr.end && chunk < s.max_chunks; t0 += kC, ++chunk, buf ^= 1) {
+  for (int t0 = sr.begin; t0 < sr.end; t0 += kC, buf ^= 1) {
     const int n = min(kC, sr.end - t0);
     float* W_b = sm + L::W + buf * kC * WS;
     float* K_b = sm + L::K + buf * kC * KSS;
@@ -319,53 +335,48 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
     __syncthreads();  // this chunk's W, K, U, E and S_s visible; the other buffer's reads done
     if (t0 + kC < sr.end) fetch(t0 + kC, buf ^ 1);  // in flight during this chunk
 
-    // S_c, the state entering this chunk, for the outputs (fp32, from the registers)
-    float* Sc = s.Sc + (static_cast<size_t>(chunk) * p.num_v_heads + h) * head_state;
+    // Delta = U - W tf32(S)^T and P = Q tf32(S)^T (the outputs' inter-chunk term, with S
+    // the state entering this chunk), tile (token tile tl % 2, v tile tl / 2); two
+    // accumulator chains over k (even / odd steps) for latency.
+    {
+      const int tl = kHalves ? (warp & 3) : warp, mt = tl & 1, nt = tl >> 1;
+      const bool do_d = !kHalves || warp < 4, do_p = !kHalves || warp >= 4;  // warp-uniform
+      float ad[2][4], ap[2][4];
 #pragma unroll
-    for (int mi = 0; mi < SG::TM; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < SG::TN; ++ni)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
-          if (v < vn && c < dk)
-            *reinterpret_cast<float2*>(Sc + static_cast<size_t>(v0 + v) * dk + c) =
-                make_float2(Sr[mi][ni][2 * hr], Sr[mi][ni][2 * hr + 1]);
-        }
-
-    // Delta = U - W tf32(S)^T: warp w < DW owns token tile w % 2, v tiles DN (w / 2)..
-    if (warp < DW) {
-      const int mt = warp & 1, nt0 = DN * (warp >> 1);
-      float acc[DN][2][4];  // two chains over k (even / odd steps) for latency
-#pragma unroll
-      for (int ni = 0; ni < DN; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[ni][0][e] = acc[ni][1][e] = 0.f;
+      for (int e = 0; e < 4; ++e) ad[0][e] = ad[1][e] = ap[0][e] = ap[1][e] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < KP; kk += 8) {
-        uint32_t a[4];
-        load_a_mk(a, W_b + 16 * mt * WS + kk, WS, fg, ft);
-#pragma unroll
-        for (int ni = 0; ni < DN; ++ni) {
-          uint32_t bs[2];
-          load_b_nk(bs, S_s + 8 * (nt0 + ni) * WS + kk, WS, fg, ft);
-          mma_tf32(acc[ni][(kk / 8) & 1], a, bs);
+        uint32_t bs[2];
+        load_b_nk(bs, S_s + 8 * nt * WS + kk, WS, fg, ft);
+        if (do_d) {
+          uint32_t a[4];
+          load_a_mk(a, W_b + 16 * mt * WS + kk, WS, fg, ft);
+          mma_tf32(ad[(kk / 8) & 1], a, bs);
+        }
+        if (do_p) {
+          uint32_t a[4];
+          load_a_mk(a, Q_s + 16 * mt * WS + kk, WS, fg, ft);
+          mma_tf32(ap[(kk / 8) & 1], a, bs);
         }
       }
 #pragma unroll
-      for (int ni = 0; ni < DN; ++ni)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int i = 16 * mt + fg + 8 * hr, v = 8 * (nt0 + ni) + 2 * ft;
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = 16 * mt + fg + 8 * hr, v = 8 * nt + 2 * ft;
+        const size_t row = (static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + v0 + v;
+        if (do_d) {
           float2* u = reinterpret_cast<float2*>(U_b + i * US + v);
-          const float2 d = make_float2(u->x - (acc[ni][0][2 * hr] + acc[ni][1][2 * hr]),
-                                       u->y - (acc[ni][0][2 * hr + 1] + acc[ni][1][2 * hr + 1]));
+          const float2 d = make_float2(u->x - (ad[0][2 * hr] + ad[1][2 * hr]),
+                                       u->y - (ad[0][2 * hr + 1] + ad[1][2 * hr + 1]));
           *u = d;
-          if (i < n && v < vn)
-            *reinterpret_cast<float2*>(s.U + (static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + v0 + v) = d;
+          if (i < n && v < vn) *reinterpret_cast<float2*>(s.U + row) = d;
         }
+        if (do_p && i < n && v < vn)
+          *reinterpret_cast<float2*>(s.P + row) =
+              make_float2(ap[0][2 * hr] + ap[1][2 * hr], ap[0][2 * hr + 1] + ap[1][2 * hr + 1]);
+      }
     }
-    __syncthreads();  // Delta complete in U_b; every read of S_s done
+    __syncthreads();  // Delta complete in U_b; every read of S_s and Q_s done
+    if (t0 + kC < sr.end) fetch_q(t0 + kC);  // lands before the next chunk's first barrier
 
     // S = e^{G_last} S + (tf32(E Delta))^T K
     {
@@ -410,7 +421,6 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
           }
     }
   }
-  cp_async_wait<0>();  // a prefetch cut short by max_chunks must land before the CTA exits
 
 #pragma unroll
   for (int mi = 0; mi < SG::TM; ++mi)
@@ -426,9 +436,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
 }
 
 // ---- 3. out: per (chunk, v head), on tf32 mma.sync. Shared: Q, K [C][KS] tf32,
-// M [C][CS] tf32, then per block of 32 v rows tf32(S_c) [32][KS] and tf32(Delta)
-// [C][DS]. Warp w owns the 16 x 8 output tile (tokens 16 (w / 4).., v 8 (w % 4)..):
-// o = e^{G_i} (Q S_c^T) (mma over dk) + M Delta (mma over the tokens j <= i).
+// M [C][CS] tf32, then per block of 32 v rows tf32(Delta) [C][DS]. Warp w owns the
+// 16 x 8 output tile (tokens 16 (w / 4).., v 8 (w % 4)..): o = e^{G_i} P + M Delta
+// (P = Q tf32(S_c)^T from the scan; M Delta: mma over the tokens j <= i).
 constexpr int kOutV = 32;
 constexpr int kOutDS = kOutV + 8;  // Delta's stride: 8 mod 32 (B fragments read down a column)
 __global__ void __launch_bounds__(kThreads) gdn_split_out(SplitParams s) {
@@ -447,8 +457,7 @@ __global__ void __launch_bounds__(kThreads) gdn_split_out(SplitParams s) {
   float* Q_s = sm;                  // [C][KS]
   float* K_s = Q_s + kC * KS;       // [C][KS]
   float* M_s = K_s + kC * KS;       // [C][CS]
-  float* S_s = M_s + kC * kCS;      // [32][KS]
-  float* D_s = S_s + kOutV * KS;    // [C][DS]
+  float* D_s = M_s + kC * kCS;      // [C][DS]
   float* G_s = D_s + kC * kOutDS;   // [C]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, fg = lane >> 2, ft = lane & 3;
   const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -469,21 +478,11 @@ __global__ void __launch_bounds__(kThreads) gdn_split_out(SplitParams s) {
       M_s[i * kCS + j] = j <= i && i < n ? tf32_round(expf(G_s[i] - G_s[j]) * acc[e]) : 0.f;
     }
   }
-  const float* Sc = s.Sc + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * dv * dk;
   const size_t out_stride = static_cast<size_t>(p.num_v_heads) * dv;
   const int pa = warp >> 2, pn = warp & 3;  // this warp's token tile, v tile
   for (int vb0 = 0; vb0 < dv; vb0 += kOutV) {
     const int vn = min(kOutV, dv - vb0);  // a multiple of 8
-    __syncthreads();  // M_s written; the previous block's S_s, D_s reads done
-    for (int e = tid; e < kOutV * dk4; e += kThreads) {
-      const int v = e / dk4, c = 4 * (e % dk4);
-      float4 x = zero4;
-      if (v < vn) {
-        x = *reinterpret_cast<const float4*>(Sc + static_cast<size_t>(vb0 + v) * dk + c);
-        x = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
-      }
-      *reinterpret_cast<float4*>(&S_s[v * KS + c]) = x;
-    }
+    __syncthreads();  // M_s written; the previous block's D_s reads done
     for (int e = tid; e < kC * (kOutV / 4); e += kThreads) {
       const int i = e / (kOutV / 4), v = 4 * (e % (kOutV / 4));
       float4 x = zero4;
@@ -495,16 +494,17 @@ __global__ void __launch_bounds__(kThreads) gdn_split_out(SplitParams s) {
     }
     __syncthreads();
     if (8 * pn >= vn) continue;  // warp-uniform: this v tile is past v_dim
-    float o[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-    for (int kk = 0; kk < dk; kk += 8) {
-      uint32_t a[4], b[2];
-      load_a_mk(a, Q_s + 16 * pa * KS + kk, KS, fg, ft);
-      load_b_nk(b, S_s + 8 * pn * KS + kk, KS, fg, ft);
-      mma_tf32(o, a, b);
-    }
+    float o[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[e] *= expf(G_s[16 * pa + fg + 8 * (e >> 1)]);
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = 16 * pa + fg + 8 * hr, v = 8 * pn + 2 * ft;
+      float2 x = make_float2(0.f, 0.f);
+      if (i < n)
+        x = *reinterpret_cast<const float2*>(s.P + (static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + vb0 + v);
+      const float gm = expf(G_s[i]);
+      o[2 * hr] = gm * x.x;
+      o[2 * hr + 1] = gm * x.y;
+    }
 #pragma unroll
     for (int kk = 0; kk < kC; kk += 8) {
       if (kk >= 16 * (pa + 1)) break;  // above the diagonal: M is zero there
@@ -525,7 +525,7 @@ __global__ void __launch_bounds__(kThreads) gdn_split_out(SplitParams s) {
 
 size_t prep_smem(int dk) { return sizeof(float) * (2 * kC * ks_of(dk) + kC * kCS + 2 * kC); }
 size_t out_smem(int dk) {
-  return sizeof(float) * (2 * kC * ks_of(dk) + kC * kCS + kOutV * ks_of(dk) + kC * kOutDS + kC);
+  return sizeof(float) * (2 * kC * ks_of(dk) + kC * kCS + kC * kOutDS + kC);
 }
 
 template <class F>
@@ -561,8 +561,8 @@ GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, 
   l.U = l.W + round256(T * Hv * dk * 4);
   l.Kn = l.U + round256(T * Hv * dv * 4);
   l.Qn = l.Kn + round256(T * Hk * dk * 4);
-  l.Sc = l.Qn + round256(T * Hk * dk * 4);
-  l.bytes = l.Sc + round256(uint64_t(l.max_chunks) * Hv * dv * dk * 4);
+  l.P = l.Qn + round256(T * Hk * dk * 4);
+  l.bytes = l.P + round256(T * Hv * dv * 4);
   return l;
 }
 
@@ -602,7 +602,7 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   s.U = reinterpret_cast<float*>(scratch + l.U);
   s.Kn = reinterpret_cast<float*>(scratch + l.Kn);
   s.Qn = reinterpret_cast<float*>(scratch + l.Qn);
-  s.Sc = reinterpret_cast<float*>(scratch + l.Sc);
+  s.P = reinterpret_cast<float*>(scratch + l.P);
   // The scan's v block: 32 rows when that still gives two CTAs per SM, else 16
   // (the chain of chunks, not the throughput, then sets the time); 32 at k_dim <= 32
   // (16 x 32 has too few state tiles for 8 warps).
