@@ -26,10 +26,13 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_params.cuh"
+#include "kernels/mma_tf32.cuh"
 
 namespace pb::kernels {
 
 namespace {
+
+using namespace detail;  // mma_tf32.cuh
 
 constexpr int kC = 32;         // tokens per chunk: one warp's lanes (the g scan is a warp scan)
 constexpr int kThreads = 256;  // 8 warps
@@ -54,57 +57,6 @@ struct ChunkSmem {
   static constexpr int Raw = Gr + kC;         // the next chunk's raw bf16 q | k | v (ChunkRaw)
   static constexpr int total = Raw + (2 * kC * KP + kC * VB) / 2;
   static constexpr size_t bytes = sizeof(float) * total;
-};
-
-// ---- tensor-core helpers: m16n8k8 tf32 fragments. g = lane / 4, t = lane % 4.
-// A (16 x 8): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B (8 x 8):
-// b0 (k t, n g), b1 (k t+4, n g); C (16 x 8): c0,c1 (g, 2t..2t+1), c2,c3 (g+8, ..).
-__device__ __forceinline__ uint32_t tf32_bits(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
-  return r;
-}
-__device__ __forceinline__ float tf32_round(float f) { return __uint_as_float(tf32_bits(f)); }
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// Fragments of tf32 values stored in shared memory; X is the tile's origin.
-__device__ __forceinline__ void load_a_mk(uint32_t (&a)[4], const float* X, int s, int g, int t) {
-  a[0] = __float_as_uint(X[g * s + t]);
-  a[1] = __float_as_uint(X[(g + 8) * s + t]);
-  a[2] = __float_as_uint(X[g * s + t + 4]);
-  a[3] = __float_as_uint(X[(g + 8) * s + t + 4]);
-}
-__device__ __forceinline__ void load_b_nk(uint32_t (&b)[2], const float* X, int s, int g, int t) {
-  b[0] = __float_as_uint(X[g * s + t]);
-  b[1] = __float_as_uint(X[g * s + t + 4]);
-}
-__device__ __forceinline__ void load_b_kn(uint32_t (&b)[2], const float* X, int s, int g, int t) {
-  b[0] = __float_as_uint(X[t * s + g]);
-  b[1] = __float_as_uint(X[(t + 4) * s + g]);
-}
-
-// How 8 warps tile an MT x NT grid of 16 x 8 tiles: WM x WN warps of TM x TN
-// tiles each (TM preferred 2: A fragments reused across TN, B across TM).
-constexpr int warp_grid_tm(int mt, int nt) {
-  const int choices[3] = {2, 1, 4};
-  for (int i = 0; i < 3; ++i) {
-    const int tm = choices[i];
-    if (mt % tm != 0 || kWarps % (mt / tm) != 0) continue;
-    if (nt % (kWarps / (mt / tm)) == 0) return tm;
-  }
-  return 0;
-}
-template <int MT, int NT>
-struct WarpGrid {
-  static constexpr int TM = warp_grid_tm(MT, NT);
-  static_assert(TM > 0, "no warp grid for this tile count");
-  static constexpr int WM = MT / TM, WN = kWarps / WM, TN = NT / WN;
 };
 
 // One chunk's raw inputs in shared memory, copied a chunk ahead by cp.async

@@ -5,12 +5,16 @@
 //   1. prep (parallel over chunk x v head): A_ij = beta_i e^{G_i-G_j} k_i.k_j (j < i),
 //      (I + A) [U | W] = [beta v | beta e^G k] by forward substitution;
 //   2. scan (one CTA per stream x v head x v block, chunks in order):
-//      Delta_c = U_c - W_c S_c^T, S_{c+1} = e^{G_last} S_c + (e^{G_last-G} Delta_c)^T K_c,
-//      storing S_c and Delta_c (over U_c) for step 3;
-//   3. out (parallel over chunk x v head): o = e^G q S_c^T + tril(e^{G_i-G_j} q.k) Delta_c.
+//      Delta_c = U_c - W_c S_c^T, P_c = Q_c S_c^T, S_{c+1} = e^{G_last} S_c + (e^{G_last-G} Delta_c)^T K_c,
+//      storing P_c and Delta_c (over U_c) for step 3 (P: T x v_dim per head, 1/4 of S_c's bytes at d128);
+//   3. out (parallel over chunk x v head): o = e^G P_c + tril(e^{G_i-G_j} q.k) Delta_c.
+// The products (A = K K^T, W S^T, (e^{..}Delta)^T K, M = Q K^T, Q S^T, M Delta) run
+// on tf32 mma.sync m16n8k8 (kernels/mma_tf32.cuh); the substitution, exps and scales
+// in fp32 on the CUDA cores.
 // Precision (GdnPrecision::tf32_split, reference/gdn_split_lp.cpp mirrors every
-// line): tf32 operands (cvt.rna) where gdn_chunked.cu has them (k, q, S, the masked
-// q.k, Delta, e^{..}Delta) plus W; sums in fp32 in index order; fp32 scratch.
+// rounding): tf32 operands (cvt.rna) where gdn_chunked.cu has them (k, q, S, the
+// masked q.k, Delta, e^{..}Delta) plus W; products of tf32 values are exact in fp32,
+// so the tensor cores change only the order of the fp32 sums; fp32 scratch.
 // Invariants: grid sizes from total_tokens, batch_size and the shape only; the
 // work list and its count are read from the workspace.
 #include "kernels/gdn_split.h"
@@ -19,6 +23,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_params.cuh"
+#include "kernels/mma_tf32.cuh"
 
 namespace pb::kernels {
 
@@ -27,12 +32,29 @@ namespace {
 constexpr int kC = 32;         // tokens per chunk (one warp's lanes: the g scan)
 constexpr int kThreads = 256;  // 8 warps
 
+constexpr int kCS = kC + 4;    // stride of [C][C] tiles (4 mod 32: conflict-free A / B fragments)
+
 uint64_t round256(uint64_t n) { return (n + 255) & ~uint64_t(255); }
 
-__device__ __forceinline__ float tf32_round(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
-  return __uint_as_float(r);
+// Stride of [rows][k_dim] tf32 tiles read as mma fragments along a row: k_dim padded
+// to 32, plus 4 (4 mod 32: the 32 lanes of a fragment load hit 32 banks).
+__host__ __device__ inline int ks_of(int dk) { return ((dk + 31) & ~31) + 4; }
+
+// The 16 x 8 tile (warp / 4, warp % 4) of the 32 x 32 product X Y^T over dk (X, Y
+// [C][KS] tf32 in shared memory), in c-fragment order (mma_tf32.cuh).
+__device__ __forceinline__ void chunk_xyt(float (&acc)[4], const float* X, const float* Y, int KS, int dk, int warp,
+                                          int fg, int ft) {
+  using namespace detail;
+  const int mt = warp >> 2, nt = warp & 3;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) acc[e] = 0.f;
+#pragma unroll 4
+  for (int kk = 0; kk < dk; kk += 8) {
+    uint32_t a[4], b[2];
+    load_a_mk(a, X + 16 * mt * KS + kk, KS, fg, ft);
+    load_b_nk(b, Y + 8 * nt * KS + kk, KS, fg, ft);
+    mma_tf32(acc, a, b);
+  }
 }
 
 struct SplitParams {
@@ -40,9 +62,8 @@ struct SplitParams {
   const int32_t* count;
   const GdnSplitItem* items;
   const int32_t* chunk_first;
-  float *G, *W, *U, *Kn, *Qn, *Sc;
-  int vb;          // the scan's v rows per CTA
-  int max_chunks;  // Sc's chunk capacity (the scan never writes past it)
+  float *G, *W, *U, *Kn, *Qn, *P;  // P: q_i tf32(S_c)^T per token, v head and v row
+  int max_chunks;  // the work list's capacity
 };
 
 // Warp 0: the chunk's g scan (lane = token; padded tokens g = 0, beta = 0).
@@ -61,23 +82,28 @@ __device__ __forceinline__ void load_gates(const SplitParams& s, int t0, int n, 
   if (B_s) B_s[lane] = ok ? s.p.beta[gi] : 0.f;
 }
 
-// ---- 1. prep: per (chunk, v head). Shared: K [C][KS] tf32 k, A [C][C+1], G, beta.
-__global__ void __launch_bounds__(kThreads) gdn_split_prep(SplitParams s) {
+// ---- 1. prep: per (chunk, v head). Shared: K, Q [C][KS] tf32, A [C][CS], G, beta.
+// A on tf32 mma.sync (warp w: the 16 x 8 tile (w / 4, w % 4)); the substitution in
+// fp32, a column per kTpc lanes (rows sub + kTpc r in registers, x_j by shuffle).
+constexpr int kTpc = 4;           // lanes per substitution column
+constexpr int kRpt = kC / kTpc;   // rows per lane
+__global__ void __launch_bounds__(kThreads, 2) gdn_split_prep(SplitParams s) {
   using namespace detail;
   const GdnParams& p = s.p;
   const int item = blockIdx.x, h = blockIdx.y;
   if (item >= *s.count) return;
   const GdnSplitItem it = s.items[item];
+  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.max_chunks) return;
   const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
   const int t0 = it.t0, n = min(kC, sr.end - t0);
-  if (n <= 0) return;
-  const int dk = p.k_dim, dv = p.v_dim, KS = dk + 4, AS = kC + 1;
+  if (t0 < sr.begin || n <= 0) return;
+  const int dk = p.k_dim, dv = p.v_dim, KS = ks_of(dk);
   const int group = p.num_v_heads / p.num_k_heads, kh = h / group;
   extern __shared__ __align__(16) float sm[];
   float* K_s = sm;                 // [C][KS]
   float* Q_s = K_s + kC * KS;      // [C][KS]
-  float* A_s = Q_s + kC * KS;      // [C][AS]
-  float* G_s = A_s + kC * AS;      // [C]
+  float* A_s = Q_s + kC * KS;      // [C][CS]
+  float* G_s = A_s + kC * kCS;     // [C]
   float* B_s = G_s + kC;           // [C]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -115,26 +141,33 @@ __global__ void __launch_bounds__(kThreads) gdn_split_prep(SplitParams s) {
   __syncthreads();
   if (tid < n) s.G[static_cast<size_t>(t0 + tid) * p.num_v_heads + h] = G_s[tid];
 
-  // A_ij = beta_i e^{G_i-G_j} k_i.k_j, j < i (zero on and above the diagonal)
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int i = e / kC, j = e % kC;
-    float a = 0.f;
-    if (j < i) {
-      float acc = 0.f;
-      for (int c = 0; c < dk; ++c) acc = fmaf(K_s[i * KS + c], K_s[j * KS + c], acc);
-      a = B_s[i] * expf(G_s[i] - G_s[j]) * acc;
+  // A_ij = beta_i e^{G_i-G_j} k_i.k_j, j < i (zero on and above the diagonal; no exp there)
+  {
+    const int fg = lane >> 2, ft = lane & 3;
+    float acc[4];
+    chunk_xyt(acc, K_s, K_s, KS, dk, warp, fg, ft);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 16 * (warp >> 2) + fg + 8 * (e >> 1), j = 8 * (warp & 3) + 2 * ft + (e & 1);
+      A_s[i * kCS + j] = j < i ? B_s[i] * expf(G_s[i] - G_s[j]) * acc[e] : 0.f;
     }
-    A_s[i * AS + j] = a;
   }
   __syncthreads();
 
-  // (I + A) X = [beta v | beta e^G k], one column per thread, rows in registers.
+  // (I + A) X = [beta v | beta e^G k], kTpc lanes per column; a warp's 8 columns are
+  // all v or all k (v_dim % 8 == 0), and whole warps skip past the last column, so
+  // the shuffles always have every lane. Per (row, column) the same fmas in the same
+  // order (j ascending) as a column walked row by row.
   const size_t hv_row = static_cast<size_t>(p.num_v_heads);
-  for (int col = tid; col < dv + dk; col += kThreads) {
-    float x[kC];
+  const int sub = tid % kTpc;
+  for (int base = 0; base < dv + dk; base += kThreads / kTpc) {
+    const int col = base + tid / kTpc;
+    if (col >= dv + dk) continue;  // warp-uniform
     const bool is_v = col < dv;
+    float x[kRpt];
 #pragma unroll
-    for (int i = 0; i < kC; ++i) {
+    for (int r = 0; r < kRpt; ++r) {
+      const int i = sub + kTpc * r;
       float b = 0.f;
       if (i < n) {
         if (is_v) {
@@ -146,28 +179,64 @@ __global__ void __launch_bounds__(kThreads) gdn_split_prep(SplitParams s) {
           b = bw * K_s[i * KS + (col - dv)];
         }
       }
-      x[i] = b;
+      x[r] = b;
     }
 #pragma unroll
-    for (int i = 1; i < kC; ++i)
+    for (int j = 0; j < kC - 1; ++j) {
+      const float xj = __shfl_sync(0xffffffffu, x[j / kTpc], (lane & ~(kTpc - 1)) | (j % kTpc));
 #pragma unroll
-      for (int j = 0; j < i; ++j) x[i] = fmaf(-A_s[i * AS + j], x[j], x[i]);
+      for (int r = 0; r < kRpt; ++r) {
+        const int i = sub + kTpc * r;
+        if (i > j) x[r] = fmaf(-A_s[i * kCS + j], xj, x[r]);
+      }
+    }
 #pragma unroll
-    for (int i = 0; i < kC; ++i) {
-      if (i >= n) break;
-      const size_t r = static_cast<size_t>(t0 + i) * hv_row + h;
-      if (is_v) s.U[r * dv + col] = x[i];
-      else s.W[r * dk + (col - dv)] = tf32_round(x[i]);
+    for (int r = 0; r < kRpt; ++r) {
+      const int i = sub + kTpc * r;
+      if (i >= n) continue;
+      const size_t row = static_cast<size_t>(t0 + i) * hv_row + h;
+      if (is_v) s.U[row * dv + col] = x[r];
+      else s.W[row * dk + (col - dv)] = tf32_round(x[r]);
     }
   }
 }
 
-// ---- 2. scan: per (stream, v head, v block of vb rows). Shared: S [vb][dk+1]
-// fp32, then per chunk W, K [C][dk+4], U / Delta [C][vb], E.Delta tf32 [C][vb].
-__global__ void __launch_bounds__(kThreads) gdn_split_scan(SplitParams s) {
+// ---- 2. scan: per (stream, v head, v block of VB rows), on tf32 mma.sync, the
+// fp32 state in mma accumulator registers for the whole stream (as gdn_chunked.cu's
+// P4) and a tf32 copy in shared memory for W S^T and Q S^T. Per chunk:
+//   Delta = U - W tf32(S)^T (m tokens, n v rows, k k_dim), over U (shared and global);
+//   P = Q tf32(S)^T, the outputs' term of the state entering the chunk (global);
+//   S = e^{G_last} S + (tf32(e^{G_last-G} Delta))^T K (m v rows, n k_dim, k tokens).
+// The next chunk's W, K, U (already tf32 / fp32 in the workspace) are copied a chunk
+// ahead by cp.async into the other of two buffers, its Q once this chunk's P is done;
+// warp 0 keeps its G in a register.
+template <int KP, int VB>
+struct ScanSmem {
+  static constexpr int WS = KP + 4;   // W, S: [m][k] A and [n][k] B fragments (4 mod 32)
+  static constexpr int KSS = KP + 8;  // K: [k][n] B fragments, read down a column (8 mod 32)
+  static constexpr int US = VB + 8;   // U / Delta: read down a column for P4's A (t US + g: 32 banks)
+  static constexpr int S = 0;                  // [VB][WS] tf32(S)
+  static constexpr int W = S + VB * WS;        // 2 x [C][WS]
+  static constexpr int K = W + 2 * kC * WS;    // 2 x [C][KSS]
+  static constexpr int U = K + 2 * kC * KSS;   // 2 x [C][US]
+  static constexpr int Q = U + 2 * kC * US;    // [C][WS] tf32 q (one buffer: refilled after P)
+  static constexpr int E = Q + kC * WS;        // 2 x [C] e^{G_last - G_j}
+  static constexpr int GL = E + 2 * kC;        // 2 x e^{G_last} (padded to 4)
+  static constexpr int total = GL + 4;
+  static constexpr size_t bytes = sizeof(float) * total;
+};
+
+template <int KP, int VB>
+__global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
   using namespace detail;
+  using L = ScanSmem<KP, VB>;
+  using SG = WarpGrid<VB / 16, KP / 8>;  // the state's tiles
+  constexpr int WS = L::WS, KSS = L::KSS, US = L::US;
+  constexpr int DT = 2 * (VB / 8);  // 16 x 8 tiles of Delta and of P (2 token tiles x VB / 8 v tiles)
+  constexpr bool kHalves = DT == 4;   // VB 16: warps 0-3 Delta, 4-7 P; VB 32: each warp both
+  static_assert((DT == 4 || DT == 8) && KP % 32 == 0, "tile shapes");
   const GdnParams& p = s.p;
-  const int dk = p.k_dim, dv = p.v_dim, VB = s.vb;
+  const int dk = p.k_dim, dv = p.v_dim;
   const int per_stream = p.num_v_heads * p.blocks;
   const int ob = blockIdx.x / per_stream;
   const int rem = blockIdx.x - ob * per_stream;
@@ -176,148 +245,305 @@ __global__ void __launch_bounds__(kThreads) gdn_split_scan(SplitParams s) {
   if (b < 0 || b >= p.batch_size) return;
   const int kh = h / (p.num_v_heads / p.num_k_heads);
   const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
-  const int v0 = vblk * VB, vn = min(VB, dv - v0);
-  const int SS = dk + 1, KS = dk + 4;
+  const int v0 = vblk * VB, vn = min(VB, dv - v0);  // vn: a multiple of 8
   extern __shared__ __align__(16) float sm[];
-  float* S_s = sm;                // [VB][SS]
-  float* W_s = S_s + VB * SS;     // [C][KS]
-  float* K_s = W_s + kC * KS;     // [C][KS]
-  float* D_s = K_s + kC * KS;     // [C][VB] U, then Delta
-  float* De_s = D_s + kC * VB;    // [C][VB] tf32(e^{G_last-G_j} Delta_j)
-  float* G_s = De_s + kC * VB;    // [C]
-  const int tid = threadIdx.x;
+  float* S_s = sm + L::S;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, fg = lane >> 2, ft = lane & 3;
   float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * dv * dk;
-  for (int e = tid; e < VB * dk; e += kThreads) {
-    const int v = e / dk, c = e % dk;
-    S_s[v * SS + c] = v < vn ? S_g[static_cast<size_t>(v0 + v) * dk + c] : 0.f;
+
+  // The state: this warp's SG::TM x SG::TN tiles of [VB][KP], fp32 (zero past vn, dk).
+  const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
+  float Sr[SG::TM][SG::TN][4];
+#pragma unroll
+  for (int mi = 0; mi < SG::TM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < SG::TN; ++ni)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
+        float2 x = make_float2(0.f, 0.f);
+        if (v < vn && c < dk) x = *reinterpret_cast<const float2*>(S_g + static_cast<size_t>(v0 + v) * dk + c);
+        Sr[mi][ni][2 * hr] = x.x;
+        Sr[mi][ni][2 * hr + 1] = x.y;
+        *reinterpret_cast<float2*>(&S_s[v * WS + c]) = make_float2(tf32_round(x.x), tf32_round(x.y));
+      }
+
+  // Starts the copies of the chunk at row c0 into buffer `buf` (zeros past the
+  // stream's end, k_dim and vn); warp 0 loads its G (lane = token; prep wrote G).
+  float g_next = 0.f;
+  auto fetch = [&](int c0, int buf) {
+    const int n = min(kC, sr.end - c0);
+    float* W_b = sm + L::W + buf * kC * WS;
+    float* K_b = sm + L::K + buf * kC * KSS;
+    float* U_b = sm + L::U + buf * kC * US;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    constexpr int KL = KP / 4, UL = VB / 4;  // 16-byte pieces per row
+    for (int idx = tid; idx < kC * KL; idx += kThreads) {
+      const int i = idx / KL, c = 4 * (idx % KL);
+      if (i < n && c < dk) {
+        const size_t t = static_cast<size_t>(c0 + i);
+        cp_async16(smem_u32(W_b + i * WS + c), s.W + (t * p.num_v_heads + h) * dk + c);
+        cp_async16(smem_u32(K_b + i * KSS + c), s.Kn + (t * p.num_k_heads + kh) * dk + c);
+      } else {
+        *reinterpret_cast<float4*>(W_b + i * WS + c) = zero;
+        *reinterpret_cast<float4*>(K_b + i * KSS + c) = zero;
+      }
+    }
+    for (int idx = tid; idx < kC * UL; idx += kThreads) {
+      const int i = idx / UL, v = 4 * (idx % UL);
+      if (i < n && v < vn)
+        cp_async16(smem_u32(U_b + i * US + v),
+                   s.U + (static_cast<size_t>(c0 + i) * p.num_v_heads + h) * dv + v0 + v);
+      else
+        *reinterpret_cast<float4*>(U_b + i * US + v) = zero;
+    }
+    cp_async_commit();
+    if (warp == 0) g_next = lane < n ? s.G[static_cast<size_t>(c0 + lane) * p.num_v_heads + h] : 0.f;
+  };
+  // The chunk's tf32 q into Q_s (one buffer: called once P's reads of it are done).
+  float* Q_s = sm + L::Q;
+  auto fetch_q = [&](int c0) {
+    const int n = min(kC, sr.end - c0);
+    constexpr int KL = KP / 4;
+    for (int idx = tid; idx < kC * KL; idx += kThreads) {
+      const int i = idx / KL, c = 4 * (idx % KL);
+      if (i < n && c < dk)
+        cp_async16(smem_u32(Q_s + i * WS + c), s.Qn + (static_cast<size_t>(c0 + i) * p.num_k_heads + kh) * dk + c);
+      else
+        *reinterpret_cast<float4*>(Q_s + i * WS + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    cp_async_commit();
+  };
+
+  if (sr.begin < sr.end) {
+    fetch(sr.begin, 0);
+    fetch_q(sr.begin);
   }
-  const int first = s.chunk_first[b];
-  const size_t head_state = static_cast<size_t>(dv) * dk;
-  for (int t0 = sr.begin, chunk = first; t0 < sr.end && chunk < s.max_chunks; t0 += kC, ++chunk) {
+  int buf = 0;
+  for (int t0 = sr.begin; t0 < sr.end; t0 += kC, buf ^= 1) {
     const int n = min(kC, sr.end - t0);
-    __syncthreads();  // S_s complete; the previous chunk's W_s, K_s, D_s reads done
-    float* Sc = s.Sc + (static_cast<size_t>(chunk) * p.num_v_heads + h) * head_state;
-    for (int e = tid; e < VB * dk; e += kThreads) {
-      const int v = e / dk, c = e % dk;
-      if (v < vn) Sc[static_cast<size_t>(v0 + v) * dk + c] = S_s[v * SS + c];
+    float* W_b = sm + L::W + buf * kC * WS;
+    float* K_b = sm + L::K + buf * kC * KSS;
+    float* U_b = sm + L::U + buf * kC * US;
+    float* E_b = sm + L::E + buf * kC;
+    if (warp == 0) {  // this buffer's E was last read two chunks ago, before the last barrier
+      const float G_last = __shfl_sync(0xffffffffu, g_next, n - 1);
+      E_b[lane] = expf(G_last - (lane < n ? g_next : G_last));
+      if (lane == 0) sm[L::GL + buf] = expf(G_last);
     }
-    for (int e = tid; e < kC * dk; e += kThreads) {
-      const int i = e / dk, c = e % dk;
-      const size_t r = static_cast<size_t>(t0 + i) * p.num_v_heads + h;
-      const size_t rk = (static_cast<size_t>(t0 + i) * p.num_k_heads + kh) * dk + c;
-      W_s[i * KS + c] = i < n ? s.W[r * dk + c] : 0.f;
-      K_s[i * KS + c] = i < n ? s.Kn[rk] : 0.f;
+    cp_async_wait<0>();
+    __syncthreads();  // this chunk's W, K, U, E and S_s visible; the other buffer's reads done
+    if (t0 + kC < sr.end) fetch(t0 + kC, buf ^ 1);  // in flight during this chunk
+
+    // Delta = U - W tf32(S)^T and P = Q tf32(S)^T (the outputs' inter-chunk term, with S
+    // the state entering this chunk), tile (token tile tl % 2, v tile tl / 2); two
+    // accumulator chains over k (even / odd steps) for latency.
+    {
+      const int tl = kHalves ? (warp & 3) : warp, mt = tl & 1, nt = tl >> 1;
+      const bool do_d = !kHalves || warp < 4, do_p = !kHalves || warp >= 4;  // warp-uniform
+      float ad[2][4], ap[2][4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ad[0][e] = ad[1][e] = ap[0][e] = ap[1][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < KP; kk += 8) {
+        uint32_t bs[2];
+        load_b_nk(bs, S_s + 8 * nt * WS + kk, WS, fg, ft);
+        if (do_d) {
+          uint32_t a[4];
+          load_a_mk(a, W_b + 16 * mt * WS + kk, WS, fg, ft);
+          mma_tf32(ad[(kk / 8) & 1], a, bs);
+        }
+        if (do_p) {
+          uint32_t a[4];
+          load_a_mk(a, Q_s + 16 * mt * WS + kk, WS, fg, ft);
+          mma_tf32(ap[(kk / 8) & 1], a, bs);
+        }
+      }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = 16 * mt + fg + 8 * hr, v = 8 * nt + 2 * ft;
+        const size_t row = (static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + v0 + v;
+        if (do_d) {
+          float2* u = reinterpret_cast<float2*>(U_b + i * US + v);
+          const float2 d = make_float2(u->x - (ad[0][2 * hr] + ad[1][2 * hr]),
+                                       u->y - (ad[0][2 * hr + 1] + ad[1][2 * hr + 1]));
+          *u = d;
+          if (i < n && v < vn) *reinterpret_cast<float2*>(s.U + row) = d;
+        }
+        if (do_p && i < n && v < vn)
+          *reinterpret_cast<float2*>(s.P + row) =
+              make_float2(ap[0][2 * hr] + ap[1][2 * hr], ap[0][2 * hr + 1] + ap[1][2 * hr + 1]);
+      }
     }
-    for (int e = tid; e < kC * VB; e += kThreads) {
-      const int i = e / VB, v = e % VB;
-      D_s[e] = i < n && v < vn ? s.U[(static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + v0 + v] : 0.f;
-    }
-    load_gates(s, t0, n, h, G_s, nullptr);
-    __syncthreads();
-    const float G_last = G_s[n - 1];
-    // Delta_i = U_i - W_i tf32(S)^T, stored over U and scaled for the update
-    for (int e = tid; e < n * VB; e += kThreads) {
-      const int i = e / VB, v = e % VB;
-      float acc = 0.f;
-      for (int c = 0; c < dk; ++c) acc = fmaf(W_s[i * KS + c], tf32_round(S_s[v * SS + c]), acc);
-      const float d = D_s[e] - acc;
-      D_s[e] = d;
-      De_s[e] = tf32_round(expf(G_last - G_s[i]) * d);
-      if (v < vn) s.U[(static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + v0 + v] = d;
-    }
-    __syncthreads();
-    // S = e^{G_last} S + sum_j De_j K_j^T
-    const float gl = expf(G_last);
-    for (int e = tid; e < VB * dk; e += kThreads) {
-      const int v = e / dk, c = e % dk;
-      float acc = S_s[v * SS + c] * gl;
-      for (int j = 0; j < n; ++j) acc = fmaf(De_s[j * VB + v], K_s[j * KS + c], acc);
-      S_s[v * SS + c] = acc;
+    __syncthreads();  // Delta complete in U_b; every read of S_s and Q_s done
+    if (t0 + kC < sr.end) fetch_q(t0 + kC);  // lands before the next chunk's first barrier
+
+    // S = e^{G_last} S + (tf32(E Delta))^T K
+    {
+      const float gl = sm[L::GL + buf];
+#pragma unroll
+      for (int mi = 0; mi < SG::TM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < SG::TN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) Sr[mi][ni][e] *= gl;
+#pragma unroll
+      for (int kk = 0; kk < kC; kk += 8) {
+        const float e0 = E_b[kk + ft], e1 = E_b[kk + ft + 4];
+        const float* D0 = U_b + (kk + ft) * US;
+        const float* D1 = U_b + (kk + ft + 4) * US;
+        uint32_t a[SG::TM][4];
+#pragma unroll
+        for (int mi = 0; mi < SG::TM; ++mi) {
+          const int vr = 16 * (sm0 + mi) + fg;
+          a[mi][0] = tf32_bits(e0 * D0[vr]);
+          a[mi][1] = tf32_bits(e0 * D0[vr + 8]);
+          a[mi][2] = tf32_bits(e1 * D1[vr]);
+          a[mi][3] = tf32_bits(e1 * D1[vr + 8]);
+        }
+#pragma unroll
+        for (int ni = 0; ni < SG::TN; ++ni) {
+          uint32_t bk[2];
+          load_b_kn(bk, K_b + kk * KSS + 8 * (sn0 + ni), KSS, fg, ft);
+#pragma unroll
+          for (int mi = 0; mi < SG::TM; ++mi) mma_tf32(Sr[mi][ni], a[mi], bk);
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < SG::TM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < SG::TN; ++ni)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
+            *reinterpret_cast<float2*>(&S_s[v * WS + c]) =
+                make_float2(tf32_round(Sr[mi][ni][2 * hr]), tf32_round(Sr[mi][ni][2 * hr + 1]));
+          }
     }
   }
-  __syncthreads();
-  for (int e = tid; e < VB * dk; e += kThreads) {
-    const int v = e / dk, c = e % dk;
-    if (v < vn) S_g[static_cast<size_t>(v0 + v) * dk + c] = S_s[v * SS + c];
-  }
+
+#pragma unroll
+  for (int mi = 0; mi < SG::TM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < SG::TN; ++ni)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
+        if (v < vn && c < dk)
+          *reinterpret_cast<float2*>(S_g + static_cast<size_t>(v0 + v) * dk + c) =
+              make_float2(Sr[mi][ni][2 * hr], Sr[mi][ni][2 * hr + 1]);
+      }
 }
 
-// ---- 3. out: per (chunk, v head). Shared: Q, K [C][dk+4] (tf32), M [C][C+1],
-// then per block of 32 v rows tf32(S_c) [32][dk+1] and tf32(Delta) [C][32].
+// ---- 3. out: per (chunk, v head), on tf32 mma.sync. Shared: Q, K [C][KS] tf32,
+// M [C][CS] tf32, then per block of 32 v rows tf32(Delta) [C][DS]. Warp w owns the
+// 16 x 8 output tile (tokens 16 (w / 4).., v 8 (w % 4)..): o = e^{G_i} P + M Delta
+// (P = Q tf32(S_c)^T from the scan; M Delta: mma over the tokens j <= i).
 constexpr int kOutV = 32;
+constexpr int kOutDS = kOutV + 8;  // Delta's stride: 8 mod 32 (B fragments read down a column)
 __global__ void __launch_bounds__(kThreads) gdn_split_out(SplitParams s) {
   using namespace detail;
   const GdnParams& p = s.p;
   const int item = blockIdx.x, h = blockIdx.y;
   if (item >= *s.count) return;
   const GdnSplitItem it = s.items[item];
+  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.max_chunks) return;
   const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
   const int t0 = it.t0, n = min(kC, sr.end - t0);
-  if (n <= 0) return;
-  const int dk = p.k_dim, dv = p.v_dim, KS = dk + 4, MS = kC + 1, SS = dk + 1;
+  if (t0 < sr.begin || n <= 0) return;
+  const int dk = p.k_dim, dv = p.v_dim, KS = ks_of(dk), dk4 = dk / 4;
   const int kh = h / (p.num_v_heads / p.num_k_heads);
   extern __shared__ __align__(16) float sm[];
-  float* Q_s = sm;                 // [C][KS]
-  float* K_s = Q_s + kC * KS;      // [C][KS]
-  float* M_s = K_s + kC * KS;      // [C][MS]
-  float* S_s = M_s + kC * MS;      // [32][SS]
-  float* D_s = S_s + kOutV * SS;   // [C][32]
-  float* G_s = D_s + kC * kOutV;   // [C]
-  const int tid = threadIdx.x;
-  for (int e = tid; e < kC * dk; e += kThreads) {
-    const int i = e / dk, c = e % dk;
+  float* Q_s = sm;                  // [C][KS]
+  float* K_s = Q_s + kC * KS;       // [C][KS]
+  float* M_s = K_s + kC * KS;       // [C][CS]
+  float* D_s = M_s + kC * kCS;      // [C][DS]
+  float* G_s = D_s + kC * kOutDS;   // [C]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, fg = lane >> 2, ft = lane & 3;
+  const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int e = tid; e < kC * dk4; e += kThreads) {  // Qn, Kn rows are 16-byte aligned (dk % 8 == 0)
+    const int i = e / dk4, c = 4 * (e % dk4);
     const size_t rk = (static_cast<size_t>(t0 + i) * p.num_k_heads + kh) * dk + c;
-    Q_s[i * KS + c] = i < n ? s.Qn[rk] : 0.f;
-    K_s[i * KS + c] = i < n ? s.Kn[rk] : 0.f;
+    *reinterpret_cast<float4*>(&Q_s[i * KS + c]) = i < n ? *reinterpret_cast<const float4*>(s.Qn + rk) : zero4;
+    *reinterpret_cast<float4*>(&K_s[i * KS + c]) = i < n ? *reinterpret_cast<const float4*>(s.Kn + rk) : zero4;
   }
   if (tid < kC) G_s[tid] = tid < n ? s.G[static_cast<size_t>(t0 + tid) * p.num_v_heads + h] : 0.f;
   __syncthreads();
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int i = e / kC, j = e % kC;
-    float m = 0.f;
-    if (j <= i) {
-      float acc = 0.f;
-      for (int c = 0; c < dk; ++c) acc = fmaf(Q_s[i * KS + c], K_s[j * KS + c], acc);
-      m = tf32_round(expf(G_s[i] - G_s[j]) * acc);
+  {  // M_ij = tf32(e^{G_i-G_j} q_i.k_j), j <= i (zero above the diagonal; no exp there)
+    float acc[4];
+    chunk_xyt(acc, Q_s, K_s, KS, dk, warp, fg, ft);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 16 * (warp >> 2) + fg + 8 * (e >> 1), j = 8 * (warp & 3) + 2 * ft + (e & 1);
+      M_s[i * kCS + j] = j <= i && i < n ? tf32_round(expf(G_s[i] - G_s[j]) * acc[e]) : 0.f;
     }
-    M_s[i * MS + j] = m;
   }
-  const float* Sc = s.Sc + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * dv * dk;
   const size_t out_stride = static_cast<size_t>(p.num_v_heads) * dv;
+  const int pa = warp >> 2, pn = warp & 3;  // this warp's token tile, v tile
   for (int vb0 = 0; vb0 < dv; vb0 += kOutV) {
-    const int vn = min(kOutV, dv - vb0);
-    __syncthreads();  // M_s written; the previous block's S_s, D_s reads done
-    for (int e = tid; e < kOutV * dk; e += kThreads) {
-      const int v = e / dk, c = e % dk;
-      S_s[v * SS + c] = v < vn ? tf32_round(Sc[static_cast<size_t>(vb0 + v) * dk + c]) : 0.f;
-    }
-    for (int e = tid; e < kC * kOutV; e += kThreads) {
-      const int i = e / kOutV, v = e % kOutV;
-      D_s[e] = i < n && v < vn ? tf32_round(s.U[(static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + vb0 + v]) : 0.f;
+    const int vn = min(kOutV, dv - vb0);  // a multiple of 8
+    __syncthreads();  // M_s written; the previous block's D_s reads done
+    for (int e = tid; e < kC * (kOutV / 4); e += kThreads) {
+      const int i = e / (kOutV / 4), v = 4 * (e % (kOutV / 4));
+      float4 x = zero4;
+      if (i < n && v < vn) {
+        x = *reinterpret_cast<const float4*>(s.U + (static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + vb0 + v);
+        x = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
+      }
+      *reinterpret_cast<float4*>(&D_s[i * kOutDS + v]) = x;
     }
     __syncthreads();
-    for (int e = tid; e < n * kOutV; e += kThreads) {
-      const int i = e / kOutV, v = e % kOutV;
-      if (v >= vn) continue;
-      float sq = 0.f;
-      for (int c = 0; c < dk; ++c) sq = fmaf(Q_s[i * KS + c], S_s[v * SS + c], sq);
-      float o = expf(G_s[i]) * sq;
-      for (int j = 0; j <= i; ++j) o = fmaf(M_s[i * MS + j], D_s[j * kOutV + v], o);
-      p.out[static_cast<size_t>(t0 + i) * out_stride + static_cast<size_t>(h) * dv + vb0 + v] =
-          float_to_bf16(o * p.inv_sqrt_dk);
+    if (8 * pn >= vn) continue;  // warp-uniform: this v tile is past v_dim
+    float o[4];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = 16 * pa + fg + 8 * hr, v = 8 * pn + 2 * ft;
+      float2 x = make_float2(0.f, 0.f);
+      if (i < n)
+        x = *reinterpret_cast<const float2*>(s.P + (static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + vb0 + v);
+      const float gm = expf(G_s[i]);
+      o[2 * hr] = gm * x.x;
+      o[2 * hr + 1] = gm * x.y;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kC; kk += 8) {
+      if (kk >= 16 * (pa + 1)) break;  // above the diagonal: M is zero there
+      uint32_t a[4], b[2];
+      load_a_mk(a, M_s + 16 * pa * kCS + kk, kCS, fg, ft);
+      load_b_kn(b, D_s + kk * kOutDS + 8 * pn, kOutDS, fg, ft);
+      mma_tf32(o, a, b);
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = 16 * pa + fg + 8 * hr, v = 8 * pn + 2 * ft;
+      if (i < n)
+        *reinterpret_cast<uint32_t*>(p.out + static_cast<size_t>(t0 + i) * out_stride + static_cast<size_t>(h) * dv +
+                                     vb0 + v) = pack2(o[2 * hr] * p.inv_sqrt_dk, o[2 * hr + 1] * p.inv_sqrt_dk);
     }
   }
 }
 
-size_t prep_smem(int dk) { return sizeof(float) * (2 * kC * (dk + 4) + kC * (kC + 1) + 2 * kC); }
-size_t scan_smem(int dk, int vb) { return sizeof(float) * (vb * (dk + 1) + 2 * kC * (dk + 4) + 2 * kC * vb + kC); }
+size_t prep_smem(int dk) { return sizeof(float) * (2 * kC * ks_of(dk) + kC * kCS + 2 * kC); }
 size_t out_smem(int dk) {
-  return sizeof(float) * (2 * kC * (dk + 4) + kC * (kC + 1) + kOutV * (dk + 1) + kC * kOutV + kC);
+  return sizeof(float) * (2 * kC * ks_of(dk) + kC * kCS + kC * kOutDS + kC);
 }
 
 template <class F>
 cudaError_t allow_smem(F* f, size_t bytes) {
   return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
+template <int KP, int VB>
+cudaError_t launch_scan(cudaStream_t stream, unsigned grid, const SplitParams& s) {
+  using L = ScanSmem<KP, VB>;
+  static bool configured = false;
+  if (!configured) {
+    const cudaError_t e = allow_smem(gdn_split_scan<KP, VB>, L::bytes);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  gdn_split_scan<KP, VB><<<grid, kThreads, L::bytes, stream>>>(s);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -335,8 +561,8 @@ GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, 
   l.U = l.W + round256(T * Hv * dk * 4);
   l.Kn = l.U + round256(T * Hv * dv * 4);
   l.Qn = l.Kn + round256(T * Hk * dk * 4);
-  l.Sc = l.Qn + round256(T * Hk * dk * 4);
-  l.bytes = l.Sc + round256(uint64_t(l.max_chunks) * Hv * dv * dk * 4);
+  l.P = l.Qn + round256(T * Hk * dk * 4);
+  l.bytes = l.P + round256(T * Hv * dv * 4);
   return l;
 }
 
@@ -376,26 +602,20 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   s.U = reinterpret_cast<float*>(scratch + l.U);
   s.Kn = reinterpret_cast<float*>(scratch + l.Kn);
   s.Qn = reinterpret_cast<float*>(scratch + l.Qn);
-  s.Sc = reinterpret_cast<float*>(scratch + l.Sc);
-  // The scan's v block: the widest of 64, 32, 16, 8 rows that still gives two
-  // CTAs per SM; fewer rows per CTA when streams x heads are few (the chain of
-  // chunks, not the throughput, then sets the time).
+  s.P = reinterpret_cast<float*>(scratch + l.P);
+  // The scan's v block: 32 rows when that still gives two CTAs per SM, else 16
+  // (the chain of chunks, not the throughput, then sets the time); 32 at k_dim <= 32
+  // (16 x 32 has too few state tiles for 8 warps).
   const long long heads = static_cast<long long>(args.batch_size) * shape.num_v_heads;
-  int vb = 8;
-  for (const int cand : {64, 32, 16})
-    if (heads * ((shape.v_dim + cand - 1) / cand) >= 2LL * detail::sm_count()) {
-      vb = cand;
-      break;
-    }
-  vb = std::min(vb, shape.v_dim);
-  s.vb = vb;
+  const int kp = shape.k_dim <= 32 ? 32 : shape.k_dim <= 64 ? 64 : 128;
+  const bool wide = kp == 32 || heads * ((shape.v_dim + 31) / 32) >= 2LL * detail::sm_count();
+  const int vb = wide ? 32 : 16;
   s.max_chunks = static_cast<int>(l.max_chunks);
   s.p.blocks = (shape.v_dim + vb - 1) / vb;
-  const size_t b1 = prep_smem(shape.k_dim), b2 = scan_smem(shape.k_dim, vb), b3 = out_smem(shape.k_dim);
-  static bool configured = false;  // once, at the largest sizes (k_dim 128, 64-row v blocks)
+  const size_t b1 = prep_smem(shape.k_dim), b3 = out_smem(shape.k_dim);
+  static bool configured = false;  // once, at the largest sizes (k_dim 128)
   if (!configured) {
     cudaError_t e = allow_smem(gdn_split_prep, prep_smem(128));
-    if (e == cudaSuccess) e = allow_smem(gdn_split_scan, scan_smem(128, 64));
     if (e == cudaSuccess) e = allow_smem(gdn_split_out, out_smem(128));
     if (e != cudaSuccess) return e;
     configured = true;
@@ -405,7 +625,12 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   if (l.max_chunks == 0) return cudaSuccess;
   const dim3 par(l.max_chunks, shape.num_v_heads);
   gdn_split_prep<<<par, kThreads, b1, stream>>>(s);
-  gdn_split_scan<<<static_cast<unsigned>(scan_ctas), kThreads, b2, stream>>>(s);
+  cudaError_t e = cudaSuccess;
+  const unsigned grid = static_cast<unsigned>(scan_ctas);
+  if (kp == 32) e = launch_scan<32, 32>(stream, grid, s);
+  else if (kp == 64) e = wide ? launch_scan<64, 32>(stream, grid, s) : launch_scan<64, 16>(stream, grid, s);
+  else e = wide ? launch_scan<128, 32>(stream, grid, s) : launch_scan<128, 16>(stream, grid, s);
+  if (e != cudaSuccess) return e;
   gdn_split_out<<<par, kThreads, b3, stream>>>(s);
   return cudaGetLastError();
 }

@@ -25,7 +25,7 @@ struct GdnSplitItem {
 // Byte offsets of the split's scratch inside a workspace region starting at 0.
 // Sizes from the scalars only: chunks <= total_tokens / 32 + batch_size.
 struct GdnSplitLayout {
-  uint64_t count = 0, items = 0, chunk_first = 0, G = 0, W = 0, U = 0, Kn = 0, Qn = 0, Sc = 0, bytes = 0;
+  uint64_t count = 0, items = 0, chunk_first = 0, G = 0, W = 0, U = 0, Kn = 0, Qn = 0, P = 0, bytes = 0;
   uint32_t max_chunks = 0;
 };
 GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, uint32_t batch_size);
