@@ -77,6 +77,8 @@ bool fault_in_kernels(Fault f) {
 
 const FaultInfo& fault_info(Fault f) { return all_faults().at(static_cast<size_t>(f)); }
 
+bool fault_needs_graph(Fault f) { return std::string(fault_info(f).must_trip) == kCheckGraph; }
+
 Fault parse_fault(const std::string& name) {
   std::string known;
   for (const FaultInfo& info : all_faults()) {

@@ -39,6 +39,9 @@ const std::vector<FaultInfo>& all_faults();
 // the harness injects whatever the library.
 bool fault_in_kernels(Fault f);
 const FaultInfo& fault_info(Fault f);
+// The fault's check is `graph`: it shows only in graph mode (RunOptions::graph), on the
+// replay of a second batch, so a fault matrix must run it there.
+bool fault_needs_graph(Fault f);
 // Throws InputError naming the known faults when `name` is not one.
 Fault parse_fault(const std::string& name);
 

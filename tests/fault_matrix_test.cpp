@@ -78,7 +78,7 @@ TEST_P(FaultMatrix, NamedCheckTrips) {
   // affordable under the sanitizers, scripts/sanitize.sh).
   opt.ref_sample = 8;
   // A fault baked into the launch shows only on a graph replay of another batch.
-  opt.graph = c.fault == Fault::graph_baked_kv_len;
+  opt.graph = fault_needs_graph(c.fault);
   if (opt.graph) opt.repeat = 1;  // one eager run, one replay of each batch: affordable under the sanitizers
   RunResult r;
   try {
