@@ -16,7 +16,6 @@
 
 #include "kernels/attention_mma.h"
 #include "kernels/attention_ws.h"
-#include "kernels/common.cuh"
 #include "kernels/gdn_chunked.h"
 #include "kernels/gdn_split.h"
 #include "kernels/kernel_table.h"
@@ -88,20 +87,12 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
   if (c.attention.rfind("mma:", 0) == 0) variant = std::atoi(c.attention.c_str() + 4);
   return attention_mma_supported(shape) ? variant : -2;
 }
-// Proposed auto rule for the split (OFF: the coordinator switches kGdnSplitAuto after
-// the device run, kernels/PERF-NOTES.md "gdn split"): under auto, the split when the
-// chunked kernel's CTAs (batch x v heads x 32-row v blocks) fill less than one wave,
-// i.e. few long streams. batch_size 0 (unknown: the precision entry sees the shape
-// only) never takes it, so switching it on also needs precision() to learn the batch.
-constexpr bool kGdnSplitAuto = false;
-bool gdn_split_auto(const LayerShape& shape, uint32_t batch_size) {
-  const long long chunked_ctas = static_cast<long long>(batch_size) * shape.num_v_heads * ((shape.v_dim + 31) / 32);
-  return kGdnSplitAuto && batch_size > 0 && chunked_ctas < detail::sm_count();
-}
-bool gdn_split(const Ctx& c, const LayerShape& shape, uint32_t batch_size) {
-  const bool want = c.gdn == "split" || (c.gdn == "auto" && gdn_split_auto(shape, batch_size));
-  return want && gdn_split_supports(shape);
-}
+// The split runs only when asked for (`--impl gdn=split`). No auto rule: one that
+// looks at the batch (few long streams) would pick another kernel for a stream run
+// alone than co-batched, which the invariance check rightly fails; and by shape alone
+// the split loses where it should win (2/8 heads, 2 x 4096: 0.82x chunked) and wins
+// only 1.13x at 1 x 65536 (kernels/PERF-NOTES.md "gdn split v2", H200).
+bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
 // The warp-specialized kernel (attention_ws.cu) when asked for and the shape and
 // device allow it; it shares the tensor-core kernel's work list.
 // auto takes it where it won every measured row on the H200 (kernels/PERF-NOTES.md
@@ -152,7 +143,7 @@ SsmLayout ssm_layout(const Ctx& c, const pb_ssm_shape& s, uint32_t T, uint32_t N
   SsmLayout l;
   l.order = round256(uint64_t(T) * s.conv_dim * 2);
   l.bytes = l.order + round256(uint64_t(N + 1) * 4);
-  if (gdn_split(c, ssm_shape(s), N)) {
+  if (gdn_split(c, ssm_shape(s))) {
     l.split = l.bytes;
     l.bytes += gdn_split_layout(ssm_shape(s), T, N).bytes;
   }
@@ -300,7 +291,7 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
 pb_status precision(void* ctx, const pb_layer_shape* s, const char* kernel, char* buf, size_t buf_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
   const bool gdn = s->kind == PB_LAYER_SSM && kernel && std::string(kernel) == "gdn";
-  const bool split = gdn && gdn_split(c, ssm_shape(s->ssm), 0);
+  const bool split = gdn && gdn_split(c, ssm_shape(s->ssm));
   const bool tf32 = gdn && !split && gdn_chunked(c, ssm_shape(s->ssm));
   put(buf, buf_len, split ? "tf32-split" : tf32 ? "tf32-chunked" : "fp32");
   return PB_OK;
@@ -474,7 +465,7 @@ pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, si
   const LayerShape shape = ssm_shape(a->shape);
   const SsmLayout l = ssm_layout(c, a->shape, m.total_tokens, m.batch_size);
   const uint64_t w = a->workspace.data;
-  const bool split = gdn_split(c, shape, m.batch_size);
+  const bool split = gdn_split(c, shape);
   const bool chunked = !split && gdn_chunked(c, shape);
   GdnArgs args;
   args.shape = shape;
