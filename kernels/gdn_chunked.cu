@@ -26,6 +26,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_params.cuh"
+#include "kernels/gdn_state_update.cuh"
 #include "kernels/mma_tf32.cuh"
 
 namespace pb::kernels {
@@ -327,47 +328,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
       }
 
     // ---- 4b. P4: S = e^{G_last} S0 + (e^{G_last-G} Delta)^T K (m = v rows, n = k_dim, k = tokens)
-    {
-      const float gl = Gm_s[kC - 1];
-#pragma unroll
-      for (int mi = 0; mi < SG::TM; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < SG::TN; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) Sr[mi][ni][e] *= gl;
-#pragma unroll
-      for (int kk = 0; kk < kC; kk += 8) {
-        const float e0 = E_s[kk + ft], e1 = E_s[kk + ft + 4];
-        const float* D0 = D_s + (kk + ft) * VS;
-        const float* D1 = D_s + (kk + ft + 4) * VS;
-        uint32_t a[SG::TM][4];
-#pragma unroll
-        for (int mi = 0; mi < SG::TM; ++mi) {
-          const int vr = 16 * (sm0 + mi) + fg;
-          a[mi][0] = tf32_bits(e0 * D0[vr]);
-          a[mi][1] = tf32_bits(e0 * D0[vr + 8]);
-          a[mi][2] = tf32_bits(e1 * D1[vr]);
-          a[mi][3] = tf32_bits(e1 * D1[vr + 8]);
-        }
-#pragma unroll
-        for (int ni = 0; ni < SG::TN; ++ni) {
-          uint32_t bk[2];
-          load_b_kn(bk, KQ_s + kk * KS + 8 * (sn0 + ni), KS, fg, ft);
-#pragma unroll
-          for (int mi = 0; mi < SG::TM; ++mi) mma_tf32(Sr[mi][ni], a[mi], bk);
-        }
-      }
-#pragma unroll
-      for (int mi = 0; mi < SG::TM; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < SG::TN; ++ni)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
-            *reinterpret_cast<float2*>(&S_s[v * KS + c]) =
-                make_float2(tf32_round(Sr[mi][ni][2 * hr]), tf32_round(Sr[mi][ni][2 * hr + 1]));
-          }
-    }
+    gdn_state_update<SG::TM, SG::TN, kC>(Sr, Gm_s[kC - 1], E_s, D_s, VS, KQ_s, KS, S_s, KS, sm0, sn0, fg, ft);
     cp_async_wait<0>();
     __syncthreads();  // the next chunk's staging overwrites KQ_s and D_s, and reads R_s
   }

@@ -23,6 +23,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_params.cuh"
+#include "kernels/gdn_state_update.cuh"
 #include "kernels/mma_tf32.cuh"
 
 namespace pb::kernels {
@@ -379,47 +380,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
     if (t0 + kC < sr.end) fetch_q(t0 + kC);  // lands before the next chunk's first barrier
 
     // S = e^{G_last} S + (tf32(E Delta))^T K
-    {
-      const float gl = sm[L::GL + buf];
-#pragma unroll
-      for (int mi = 0; mi < SG::TM; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < SG::TN; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) Sr[mi][ni][e] *= gl;
-#pragma unroll
-      for (int kk = 0; kk < kC; kk += 8) {
-        const float e0 = E_b[kk + ft], e1 = E_b[kk + ft + 4];
-        const float* D0 = U_b + (kk + ft) * US;
-        const float* D1 = U_b + (kk + ft + 4) * US;
-        uint32_t a[SG::TM][4];
-#pragma unroll
-        for (int mi = 0; mi < SG::TM; ++mi) {
-          const int vr = 16 * (sm0 + mi) + fg;
-          a[mi][0] = tf32_bits(e0 * D0[vr]);
-          a[mi][1] = tf32_bits(e0 * D0[vr + 8]);
-          a[mi][2] = tf32_bits(e1 * D1[vr]);
-          a[mi][3] = tf32_bits(e1 * D1[vr + 8]);
-        }
-#pragma unroll
-        for (int ni = 0; ni < SG::TN; ++ni) {
-          uint32_t bk[2];
-          load_b_kn(bk, K_b + kk * KSS + 8 * (sn0 + ni), KSS, fg, ft);
-#pragma unroll
-          for (int mi = 0; mi < SG::TM; ++mi) mma_tf32(Sr[mi][ni], a[mi], bk);
-        }
-      }
-#pragma unroll
-      for (int mi = 0; mi < SG::TM; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < SG::TN; ++ni)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
-            *reinterpret_cast<float2*>(&S_s[v * WS + c]) =
-                make_float2(tf32_round(Sr[mi][ni][2 * hr]), tf32_round(Sr[mi][ni][2 * hr + 1]));
-          }
-    }
+    gdn_state_update<SG::TM, SG::TN, kC>(Sr, sm[L::GL + buf], E_b, U_b, US, K_b, KSS, S_s, WS, sm0, sn0, fg, ft);
   }
 
 #pragma unroll

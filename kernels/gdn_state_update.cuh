@@ -1,0 +1,58 @@
+// gdn_state_update.cuh: the gated delta rule's per-chunk state update on tf32 tensor
+// cores, shared by the chunked kernel (gdn_chunked.cu) and the split's scan
+// (gdn_split.cu): S = e^{G_last} S + (tf32(e^{G_last - G_j} Delta_j))^T K_j over the
+// chunk's kC tokens, then S's tf32 copy for the next chunk's products.
+// Invariants: the fp32 state lives in this warp's mma accumulators (TM x TN tiles of
+// 16 x 8 at tile (sm0, sn0) of [v rows][k_dim]); Delta [kC][ds] (v columns) and K
+// [kC][ks] (k_dim columns, tf32 values) are in shared memory, token-major; the
+// roundings are the lp's (reference/gdn_chunked_lp.cpp, gdn_split_lp.cpp).
+#pragma once
+#include "kernels/mma_tf32.cuh"
+
+namespace pb::kernels::detail {
+
+template <int TM, int TN, int kC>
+__device__ __forceinline__ void gdn_state_update(float (&Sr)[TM][TN][4], float g_last_exp, const float* E,
+                                                 const float* D, int ds, const float* K, int ks, float* S_s, int ss,
+                                                 int sm0, int sn0, int fg, int ft) {
+#pragma unroll
+  for (int mi = 0; mi < TM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < TN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) Sr[mi][ni][e] *= g_last_exp;
+#pragma unroll
+  for (int kk = 0; kk < kC; kk += 8) {
+    const float e0 = E[kk + ft], e1 = E[kk + ft + 4];
+    const float* D0 = D + (kk + ft) * ds;
+    const float* D1 = D + (kk + ft + 4) * ds;
+    uint32_t a[TM][4];
+#pragma unroll
+    for (int mi = 0; mi < TM; ++mi) {
+      const int vr = 16 * (sm0 + mi) + fg;
+      a[mi][0] = tf32_bits(e0 * D0[vr]);
+      a[mi][1] = tf32_bits(e0 * D0[vr + 8]);
+      a[mi][2] = tf32_bits(e1 * D1[vr]);
+      a[mi][3] = tf32_bits(e1 * D1[vr + 8]);
+    }
+#pragma unroll
+    for (int ni = 0; ni < TN; ++ni) {
+      uint32_t bk[2];
+      load_b_kn(bk, K + kk * ks + 8 * (sn0 + ni), ks, fg, ft);
+#pragma unroll
+      for (int mi = 0; mi < TM; ++mi) mma_tf32(Sr[mi][ni], a[mi], bk);
+    }
+  }
+#pragma unroll
+  for (int mi = 0; mi < TM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < TN; ++ni)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
+        *reinterpret_cast<float2*>(&S_s[v * ss + c]) =
+            make_float2(tf32_round(Sr[mi][ni][2 * hr]), tf32_round(Sr[mi][ni][2 * hr + 1]));
+      }
+}
+
+}  // namespace pb::kernels::detail
