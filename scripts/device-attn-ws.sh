@@ -14,26 +14,8 @@
 # Files in ${OUT:-results}/ (<= 8): summary.txt, mma_test.txt, correct.txt,
 # faults.txt, san-memcheck.txt, san-racecheck.txt, timing.txt.
 set -uo pipefail
-B="${PB_BUNDLE:-$PWD/bundle}"
-O="${OUT:-results}"
-mkdir -p "$O"
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
-PB="$B/prefill-bench"
-S="$O/summary.txt"
-: > "$S"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader >> "$S" 2>&1
-
-run1() {  # log label args...: one harness run, its exit in the summary
-  local log=$1 label=$2
-  shift 2
-  echo "--- $label" >> "$O/$log"
-  timeout "${PB_RUN_TIMEOUT:-60}" "$PB" run "$@" --backend cuda --no-color >> "$O/$log" 2>&1
-  local rc=$?
-  echo "exit $rc" >> "$O/$log"
-  echo "$label exit $rc [$(el)s]" >> "$S"
-  return $rc
-}
+: "${PB_RUN_TIMEOUT:=60}"
+source "$(dirname "${BASH_SOURCE[0]}")/device-lib.sh"
 
 timeout 100 "$B/attention_mma_test" > "$O/mma_test.txt" 2>&1
 echo "attention_mma_test exit $? [$(el)s]" >> "$S"

@@ -24,26 +24,7 @@
 # window.json, faults.txt, san-memcheck.txt, timing.txt.
 # Knobs: PB_BUNDLE, PB_BUDGET, PB_RUN_TIMEOUT (seconds per harness run, default 90).
 set -uo pipefail
-B="${PB_BUNDLE:-$PWD/bundle}"
-O="${OUT:-results}"
-mkdir -p "$O"
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
-PB="$B/prefill-bench"
-S="$O/summary.txt"
-: > "$S"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader >> "$S" 2>&1
-
-run1() {  # log label args...: one harness run, its exit in the summary
-  local log=$1 label=$2
-  shift 2
-  echo "--- $label" >> "$O/$log"
-  timeout "${PB_RUN_TIMEOUT:-90}" "$PB" run "$@" --backend cuda --no-color >> "$O/$log" 2>&1
-  local rc=$?
-  echo "exit $rc" >> "$O/$log"
-  echo "$label exit $rc [$(el)s]" >> "$S"
-  return $rc
-}
+source "$(dirname "${BASH_SOURCE[0]}")/device-lib.sh"
 
 # The "output_checksums" arrays of a report, one line per run (JSON pretty or not).
 checksums() { tr -d ' \n\t' < "$1" | grep -o '"output_checksums":\[[^]]*\]'; }

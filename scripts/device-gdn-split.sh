@@ -14,32 +14,12 @@
 # timing.txt, timing.tsv. Local dry run without a GPU: PB_BACKEND=host
 # PB_NEW=gdn=recurrent PB_OLD=gdn=recurrent PB_SCALE=64 (stream lengths / 64).
 set -uo pipefail
-B="${PB_BUNDLE:-$PWD/bundle}"
-O="${OUT:-results}"
-BACKEND="${PB_BACKEND:-cuda}"
 NEW="${PB_NEW:-gdn=split}"
 OLD="${PB_OLD:-gdn=chunked}"
 SCALE="${PB_SCALE:-1}"
-mkdir -p "$O"
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
-PB="$B/prefill-bench"
-S="$O/summary.txt"
-: > "$S"
+source "$(dirname "${BASH_SOURCE[0]}")/device-lib.sh"
 : > "$O/timing.tsv"
-command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader >> "$S" 2>&1
 echo "backend $BACKEND, new $NEW, old $OLD, lengths / $SCALE" >> "$S"
-
-run1() {  # log label args...: one harness run, its exit in the summary
-  local log=$1 label=$2
-  shift 2
-  echo "--- $label" >> "$O/$log"
-  timeout "${PB_RUN_TIMEOUT:-90}" "$PB" run "$@" --backend "$BACKEND" --no-color >> "$O/$log" 2>&1
-  local rc=$?
-  echo "exit $rc" >> "$O/$log"
-  echo "$label exit $rc [$(el)s]" >> "$S"
-  return $rc
-}
 
 # 1. correctness on every shipped scenario, gdn-large and two shapes no shipped scenario
 # has (k_dim short of the 32/64/128 padding, v_dim not a multiple of the 16/32-row blocks;
