@@ -109,19 +109,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
   // The state: this warp's SG::TM x SG::TN tiles of [VB][KP], fp32.
   const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
   float Sr[SG::TM][SG::TN][4];
-#pragma unroll
-  for (int mi = 0; mi < SG::TM; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < SG::TN; ++ni)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
-        float2 s = make_float2(0.f, 0.f);
-        if (v < vn && c < p.k_dim) s = *reinterpret_cast<const float2*>(S_g + static_cast<size_t>(v0 + v) * p.k_dim + c);
-        Sr[mi][ni][2 * hr] = s.x;
-        Sr[mi][ni][2 * hr + 1] = s.y;
-        *reinterpret_cast<float2*>(&S_s[v * KS + c]) = make_float2(tf32_round(s.x), tf32_round(s.y));
-      }
+  gdn_state_load(Sr, S_g, v0, vn, p.k_dim, S_s, KS, sm0, sn0, fg, ft);
 
   const size_t q_off = static_cast<size_t>(kh) * p.k_dim;
   const size_t k_off = static_cast<size_t>(p.num_k_heads + kh) * p.k_dim;
@@ -333,17 +321,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
     __syncthreads();  // the next chunk's staging overwrites KQ_s and D_s, and reads R_s
   }
 
-#pragma unroll
-  for (int mi = 0; mi < SG::TM; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < SG::TN; ++ni)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
-        if (v < vn && c < p.k_dim)
-          *reinterpret_cast<float2*>(S_g + static_cast<size_t>(v0 + v) * p.k_dim + c) =
-              make_float2(Sr[mi][ni][2 * hr], Sr[mi][ni][2 * hr + 1]);
-      }
+  gdn_state_store(Sr, S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
 }
 
 template <int KP, int VB>

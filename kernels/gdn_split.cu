@@ -255,19 +255,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
   // The state: this warp's SG::TM x SG::TN tiles of [VB][KP], fp32 (zero past vn, dk).
   const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
   float Sr[SG::TM][SG::TN][4];
-#pragma unroll
-  for (int mi = 0; mi < SG::TM; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < SG::TN; ++ni)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
-        float2 x = make_float2(0.f, 0.f);
-        if (v < vn && c < dk) x = *reinterpret_cast<const float2*>(S_g + static_cast<size_t>(v0 + v) * dk + c);
-        Sr[mi][ni][2 * hr] = x.x;
-        Sr[mi][ni][2 * hr + 1] = x.y;
-        *reinterpret_cast<float2*>(&S_s[v * WS + c]) = make_float2(tf32_round(x.x), tf32_round(x.y));
-      }
+  gdn_state_load(Sr, S_g, v0, vn, dk, S_s, WS, sm0, sn0, fg, ft);
 
   // Starts the copies of the chunk at row c0 into buffer `buf` (zeros past the
   // stream's end, k_dim and vn); warp 0 loads its G (lane = token; prep wrote G).
@@ -383,17 +371,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
     gdn_state_update<SG::TM, SG::TN, kC>(Sr, sm[L::GL + buf], E_b, U_b, US, K_b, KSS, S_s, WS, sm0, sn0, fg, ft);
   }
 
-#pragma unroll
-  for (int mi = 0; mi < SG::TM; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < SG::TN; ++ni)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
-        if (v < vn && c < dk)
-          *reinterpret_cast<float2*>(S_g + static_cast<size_t>(v0 + v) * dk + c) =
-              make_float2(Sr[mi][ni][2 * hr], Sr[mi][ni][2 * hr + 1]);
-      }
+  gdn_state_store(Sr, S_g, v0, vn, dk, sm0, sn0, fg, ft);
 }
 
 // ---- 3. out: per (chunk, v head), on tf32 mma.sync. Shared: Q, K [C][KS] tf32,

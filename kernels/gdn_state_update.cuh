@@ -1,7 +1,8 @@
-// gdn_state_update.cuh: the gated delta rule's per-chunk state update on tf32 tensor
-// cores, shared by the chunked kernel (gdn_chunked.cu) and the split's scan
-// (gdn_split.cu): S = e^{G_last} S + (tf32(e^{G_last - G_j} Delta_j))^T K_j over the
-// chunk's kC tokens, then S's tf32 copy for the next chunk's products.
+// gdn_state_update.cuh: the gated delta rule's state in mma accumulators, shared by
+// the chunked kernel (gdn_chunked.cu) and the split's scan (gdn_split.cu): loading a
+// stream's state block from h_state, the per-chunk update S = e^{G_last} S +
+// (tf32(e^{G_last - G_j} Delta_j))^T K_j over the chunk's kC tokens followed by S's
+// tf32 copy for the next chunk's products, and the store back.
 // Invariants: the fp32 state lives in this warp's mma accumulators (TM x TN tiles of
 // 16 x 8 at tile (sm0, sn0) of [v rows][k_dim]); Delta [kC][ds] (v columns) and K
 // [kC][ks] (k_dim columns, tf32 values) are in shared memory, token-major; the
@@ -10,6 +11,43 @@
 #include "kernels/mma_tf32.cuh"
 
 namespace pb::kernels::detail {
+
+// Sr <- the block [v0, v0 + vn) x [0, dk) of S_g ([v_dim][dk] fp32; zero past vn or dk),
+// and its tf32 copy into S_s [v][ss].
+template <int TM, int TN>
+__device__ __forceinline__ void gdn_state_load(float (&Sr)[TM][TN][4], const float* S_g, int v0, int vn, int dk,
+                                               float* S_s, int ss, int sm0, int sn0, int fg, int ft) {
+#pragma unroll
+  for (int mi = 0; mi < TM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < TN; ++ni)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
+        float2 x = make_float2(0.f, 0.f);
+        if (v < vn && c < dk) x = *reinterpret_cast<const float2*>(S_g + static_cast<size_t>(v0 + v) * dk + c);
+        Sr[mi][ni][2 * hr] = x.x;
+        Sr[mi][ni][2 * hr + 1] = x.y;
+        *reinterpret_cast<float2*>(&S_s[v * ss + c]) = make_float2(tf32_round(x.x), tf32_round(x.y));
+      }
+}
+
+// The block back into S_g (rows past vn, columns past dk untouched).
+template <int TM, int TN>
+__device__ __forceinline__ void gdn_state_store(const float (&Sr)[TM][TN][4], float* S_g, int v0, int vn, int dk,
+                                                int sm0, int sn0, int fg, int ft) {
+#pragma unroll
+  for (int mi = 0; mi < TM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < TN; ++ni)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
+        if (v < vn && c < dk)
+          *reinterpret_cast<float2*>(S_g + static_cast<size_t>(v0 + v) * dk + c) =
+              make_float2(Sr[mi][ni][2 * hr], Sr[mi][ni][2 * hr + 1]);
+      }
+}
 
 template <int TM, int TN, int kC>
 __device__ __forceinline__ void gdn_state_update(float (&Sr)[TM][TN][4], float g_last_exp, const float* E,
