@@ -37,7 +37,6 @@ using namespace detail;  // mma_tf32.cuh
 
 constexpr int kC = 32;         // tokens per chunk: one warp's lanes (the g scan is a warp scan)
 constexpr int kThreads = 256;  // 8 warps
-constexpr int kWarps = kThreads / 32;
 
 
 // Shared memory layout (floats). Strides: KS and CS are 4 (mod 32), so that
