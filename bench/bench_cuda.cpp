@@ -27,6 +27,7 @@
 
 #include "bench/cuda_bench_util.h"
 #include "kernels/attention_mma.h"
+#include "kernels/attention_ws.h"
 #include "kernels/kernels.h"
 #include "lib/batch.h"
 #include "lib/export.h"
@@ -88,7 +89,9 @@ void fill_random_bf16(std::vector<uint16_t>& h, uint64_t& s, int amp_exp /* amp 
   }
 }
 
-constexpr int kFp32 = -2;  // the variant number bench_cuda gives the fp32 oracle
+constexpr int kFp32 = -2;     // the variant number bench_cuda gives the fp32 oracle
+constexpr int kWs = -3;       // the warp-specialized kernel (attention_ws.cu)
+constexpr int kDefault = -4;  // what pb-cuda's attention=auto runs: ws where attention_ws_default, else the mma default
 
 // One batch on the device, shaped like the harness's staged metadata.
 struct DeviceBatch {
@@ -175,7 +178,8 @@ struct DeviceBatch {
     BCK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
     return d;
   }
-  // variant: kFp32 (the fp32 kernel), -1 (the tensor-core default) or a variant number.
+  // variant: kFp32 (the fp32 kernel), kWs, kDefault (pb-cuda's auto), -1 (the mma
+  // kernel's default variant) or an mma variant number.
   cudaError_t launch(int variant, cudaStream_t st) const {
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
     const auto* qb = static_cast<const pb::bf16*>(q);
@@ -204,7 +208,9 @@ struct DeviceBatch {
     }
     a.work = static_cast<const pb::kernels::AttnWorkItem*>(work_mma);
     a.num_work = n_work_mma;
-    a.variant = variant;
+    const bool ws_default = pb::kernels::attention_ws_default(shape) && pb::kernels::attention_ws_supported(shape);
+    if (variant == kWs || (variant == kDefault && ws_default)) return pb::kernels::launch_attention_ws(st, a, true);
+    a.variant = variant == kDefault ? -1 : variant;
     return pb::kernels::launch_attention_mma(st, a);
   }
 };
@@ -239,12 +245,13 @@ void BM_Attention(benchmark::State& state, const MixDef* m, int D, int hq, int h
 
 void register_config(const MixDef& m, int D, const int h[2]) {
   const std::string base = "attn/" + config_name(m, D, h[0], h[1]);
-  benchmark::RegisterBenchmark((base + "/mma.default").c_str(), BM_Attention, &m, D, h[0], h[1], -1)
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond)
-      ->MinTime(0.03)
-      ->Repetitions(3)
-      ->ReportAggregatesOnly(true);
+  for (const auto& [name, variant] : {std::pair{"default", kDefault}, std::pair{"mma.default", -1}, std::pair{"ws", kWs}})
+    benchmark::RegisterBenchmark((base + "/" + name).c_str(), BM_Attention, &m, D, h[0], h[1], variant)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.03)
+        ->Repetitions(3)
+        ->ReportAggregatesOnly(true);
   for (const pb::kernels::AttnMmaVariant& v : pb::kernels::attention_mma_variants(D))
     benchmark::RegisterBenchmark((base + "/mma.v" + std::to_string(v.variant) + "." + v.name).c_str(),
                                  BM_Attention, &m, D, h[0], h[1], v.variant)

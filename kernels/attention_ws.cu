@@ -689,6 +689,10 @@ bool attention_ws_supported(const LayerShape& shape) {
   return attention_mma_supported(shape) && attention_wgmma_available();
 }
 
+bool attention_ws_default(const LayerShape& shape) {
+  return shape.head_dim == 256 || shape.num_q_heads == shape.num_kv_heads;
+}
+
 int attention_ws_block_n(int head_dim) {
   switch (head_dim) {
     case 64: return WsD64::kBlockN;

@@ -95,16 +95,12 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
 // The warp-specialized kernel (attention_ws.cu) when asked for and the shape and
 // device allow it; it shares the tensor-core kernel's work list.
-// auto takes it where it won every measured row on the H200 (kernels/PERF-NOTES.md
-// "v5"): at head_dim 256 (1.24-1.45x the wgmma kernel) and for MHA at any head
-// dim (1.10-1.16x; 32 x 512 short streams too); the wgmma kernel still wins on
-// GQA 16/2 batches at d64 and d128 (0.92-0.96x), so those stay on it.
-constexpr int kWsDefaultHeadDim = 256;
-bool ws_by_default(const LayerShape& shape) {
-  return shape.head_dim == kWsDefaultHeadDim || shape.num_q_heads == shape.num_kv_heads;
-}
+// auto takes it where attention_ws_default says it won every measured row on the
+// H200 (kernels/PERF-NOTES.md "v5"): at head_dim 256 (1.24-1.45x the wgmma kernel)
+// and for MHA at any head dim (1.10-1.16x; 32 x 512 short streams too); the wgmma
+// kernel still wins on GQA 16/2 batches at d64 and d128 (0.92-0.96x).
 bool attention_ws(const Ctx& c, const LayerShape& shape) {
-  const bool want = c.attention.rfind("ws", 0) == 0 || (c.attention == "auto" && ws_by_default(shape));
+  const bool want = c.attention.rfind("ws", 0) == 0 || (c.attention == "auto" && attention_ws_default(shape));
   return want && attention_ws_supported(shape);
 }
 bool gdn_chunked(const Ctx& c, const LayerShape& shape) {

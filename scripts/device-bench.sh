@@ -47,12 +47,12 @@ mkdir -p "$work/batches"
 "$B/pb_bench_cuda" --export "$work/batches" || exit 1
 
 if [[ "$skip" != *" ours "* ]]; then
-  # Two processes: the mma.sync and fp32 kernels first, then the wgmma variants and
+  # Two processes: the mma.sync and fp32 kernels first, then the wgmma variants, ws and
   # the default, so a failing kernel (a sticky CUDA error) cannot void the others.
   # PB_BENCH_PASS1 / PB_BENCH_PASS2 override the two filters; PB_BENCH_FILTER
   # replaces both passes with one.
   passes=("${PB_BENCH_FILTER:-${PB_BENCH_PASS1:-(mma[.]v[0-9][.]N|fp32)}}")
-  [ -z "${PB_BENCH_FILTER:-}" ] && passes+=("${PB_BENCH_PASS2:-(mma[.]default|mma[.]v[0-9]+[.]wg)}")
+  [ -z "${PB_BENCH_FILTER:-}" ] && passes+=("${PB_BENCH_PASS2:-(/default|mma[.]default|mma[.]v[0-9]+[.]wg|/ws)}")
   i=0
   for f in "${passes[@]}"; do
     i=$((i + 1))
@@ -159,15 +159,15 @@ if os.path.exists(peer_p):
 cols = ["flash", "cudnn", "efficient", "flex"]
 print("TFLOP/s (docs/DESIGN.md counting; peer = PyTorch SDPA per stream, contiguous K/V, and FlexAttention in one "
       "launch with a document mask; ours = one batched launch, paged K/V)")
-hdr = f"{'batch':<30} {'default':>7} {'mma best':>8} {'variant':<16} {'fp32':>6} " + " ".join(f"{c:>9}" for c in cols) + \
+hdr = f"{'batch':<30} {'default':>7} {'best':>8} {'kernel':<16} {'fp32':>6} " + " ".join(f"{c:>9}" for c in cols) + \
       f" {'batched*':>9} {'ours/best peer':>14} {'%peak':>6}"
 print(hdr)
 for batch in sorted(set(ours) | set(peer)):
     o = ours.get(batch, {})
-    v0 = o.get("mma.default", (0.0, 0))[0]
+    v0 = o.get("default", (0.0, 0))[0]
     best_k, best = "", 0.0
     for k, v in o.items():
-        if k.startswith("mma") and v[0] > best:
+        if (k.startswith("mma") or k == "ws") and v[0] > best:
             best_k, best = k, v[0]
     fp = o.get("fp32", (0.0, 0))[0]
     p = peer.get(batch, {})
@@ -177,7 +177,7 @@ for batch in sorted(set(ours) | set(peer)):
     ratio = f"{v0 / bp:.2f}x" if bp > 0 and v0 > 0 else "-"
     print(f"{batch:<30} {v0:7.1f} {best:8.1f} {best_k[:16]:<16} {fp:6.1f} " +
           " ".join(f"{x:9.1f}" for x in loop) + f" {batched:9.1f} {ratio:>14} {100 * v0 / PEAK:5.1f}%")
-print("ratio = our default kernel (mma.default: what the CUDA backend runs) over the best PyTorch backend (SDPA looping "
+print("ratio = our default kernel (default: what the CUDA backend's attention=auto runs, ws or the mma default) over the best PyTorch backend (SDPA looping "
       "over streams, or Flex); batched* = PyTorch's one batched call where all streams are equal (not a varlen peer); "
       "%peak of 790 TFLOP/s")
 
@@ -197,7 +197,7 @@ print("issue 15: TFLOP/s; best = the best PyTorch backend here (cuDNN, SDPA flas
       "calls included where streams are equal); FA3 = published H100 figure")
 print(f"{'shape':<32} {'batch':<22} {'ours':>6} {'cuDNN':>6} {'flash':>6} {'Flex':>6} {'FA3':>5} {'ours/best':>9} {'ours/FA3':>8}")
 for label, batch, fa3 in ISSUE15:
-    o = ours.get(batch, {}).get("mma.default", (0.0, 0))[0]
+    o = ours.get(batch, {}).get("default", (0.0, 0))[0]
     p = peer.get(batch, {})
     best = max(p.values()) if p else 0.0
     f = lambda x: f"{x:6.1f}" if x else f"{'-':>6}"
