@@ -1,6 +1,7 @@
 // wgmma.cuh: the Hopper tensor-core helpers the attention kernels share:
 // wgmma issue/fence/commit/wait (sm_90a only, PB_WGMMA_ENABLED), the 128-byte
-// swizzle shared-memory descriptor and slab layout, exp2 and bf16x2 packing.
+// swizzle shared-memory descriptor and slab layout, exp2, the online-softmax step
+// and bf16x2 packing.
 // Invariant: slab_off and gmma_desc describe the same layout (1024-byte atoms).
 #pragma once
 #include <cuda_bf16.h>
@@ -13,6 +14,45 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+// One online-softmax step (base 2) over a warp's two rows hr of an S fragment
+// (m64nNk16 accumulator layout, NT = N / 8 tiles, t = lane % 4), in place:
+// p = exp2(s * scale_log2 - m); in a masked tile the keys past each row's bound
+// get p = 0 explicitly, never exp(-inf - -inf). Updates the running max and sum
+// and returns O's rescale factors in alpha.
+template <int NT>
+__device__ __forceinline__ void online_softmax_step(float (&s)[NT][4], int j0, bool masked_tile, const int (&bound)[2],
+                                                    int t, float scale_log2, float (&m_run)[2], float (&l_run)[2],
+                                                    float (&alpha)[2]) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    if (masked_tile) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (j0 + n * 8 + 2 * t + e > bound[hr]) s[n][2 * hr + e] = -INFINITY;
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_run[hr], mx);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+    alpha[hr] = fast_exp2(m_run[hr] * scale_log2 - m_use);
+    m_run[hr] = m_new;
+    float lsum = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pv = fast_exp2(fmaf(s[n][2 * hr + e], scale_log2, -m_use));
+        lsum += pv;
+        s[n][2 * hr + e] = pv;
+      }
+    l_run[hr] = l_run[hr] * alpha[hr] + lsum;
+  }
 }
 // Two floats -> bf16x2 (round to nearest even; NaN stays NaN), lo in the low half.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
