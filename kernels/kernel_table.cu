@@ -26,8 +26,9 @@ namespace {
 
 constexpr int kRopeMaxHalf = 128;  // rope.cu's RopeConfig::kMaxHalf
 constexpr bool kGdnChunkedDefault = true;  // device-checked 2026-12-02 (kernels/NOTES.md)
-constexpr bool kConvWindowDefault = true;  // device-checked 2026-12-03: bit-identical to row, 1.4x faster at 16k+ rows (kernels/NOTES.md)
-constexpr bool kConvStageDefault = true;  // device-checked 2026-12-03: bit-identical to window on 17 scenarios, 1.13-1.16x faster (kernels/PERF-NOTES.md "conv1d v4")
+// conv1d under auto: stage, device-checked 2026-12-03 (bit-identical to window on 17
+// scenarios, 1.13-1.17x faster; window itself 1.4x row: kernels/PERF-NOTES.md "conv1d v4").
+constexpr Conv1dImpl kConv1dDefault = Conv1dImpl::stage;
 
 struct Ctx {
   bool causal_off_by_one = false, conv_state_bleed = false;
@@ -109,9 +110,8 @@ bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
 }
 
 Conv1dImpl conv1d_impl(const Ctx& c) {
-  if (c.conv1d == "stage" || (c.conv1d == "auto" && kConvStageDefault)) return Conv1dImpl::stage;
-  const bool window = c.conv1d == "window" || (c.conv1d == "auto" && kConvWindowDefault);
-  return window ? Conv1dImpl::window : Conv1dImpl::row;
+  if (c.conv1d == "auto") return kConv1dDefault;
+  return c.conv1d == "stage" ? Conv1dImpl::stage : c.conv1d == "window" ? Conv1dImpl::window : Conv1dImpl::row;
 }
 
 std::vector<int32_t> host_vec(const int32_t* p, uint32_t n) { return p ? std::vector<int32_t>(p, p + n) : std::vector<int32_t>(); }
