@@ -450,6 +450,17 @@ int conv_window_run(uint32_t total_tokens, int groups) {
   const long long run = static_cast<long long>(total_tokens) * groups / threads;
   return static_cast<int>(std::min<long long>(ConvConfig::kMaxRun, std::max<long long>(ConvConfig::kMinRun, run)));
 }
+// The walk's launch for `groups` channel groups a row: the run and the grid of
+// kThreads-thread CTAs, one thread per (run, group).
+struct WalkLaunch {
+  int run;
+  unsigned grid;
+};
+WalkLaunch walk_launch(uint32_t total_tokens, int groups) {
+  const int run = conv_window_run(total_tokens, groups);
+  const long long n = (static_cast<long long>(total_tokens) + run - 1) / run * groups;
+  return {run, static_cast<unsigned>((n + ConvConfig::kThreads - 1) / ConvConfig::kThreads)};
+}
 
 }  // namespace
 
@@ -483,20 +494,14 @@ cudaError_t launch_conv1d(cudaStream_t stream, const LayerShape& shape, uint32_t
   constexpr int kT = ConvConfig::kThreads;
   if (total_tokens > 0) {
     if (impl == Conv1dImpl::stage && conv1d_stage_supports(shape)) {
-      const int groups = p.conv_dim / ConvConfig::kStageVec;
-      const int run = conv_window_run(total_tokens, groups);
-      const long long n = (static_cast<long long>(total_tokens) + run - 1) / run * groups;
-      const unsigned grid = static_cast<unsigned>((n + kT - 1) / kT);
+      const auto [run, grid] = walk_launch(total_tokens, p.conv_dim / ConvConfig::kStageVec);
       switch (p.d_conv) {
         case 2: conv1d_stage_kernel<2, ConvConfig::kStageVec><<<grid, kT, 0, stream>>>(p, run); break;
         case 3: conv1d_stage_kernel<3, ConvConfig::kStageVec><<<grid, kT, 0, stream>>>(p, run); break;
         default: conv1d_stage_kernel<4, ConvConfig::kStageVec><<<grid, kT, 0, stream>>>(p, run); break;
       }
     } else if (impl == Conv1dImpl::window && conv1d_window_supports(shape)) {
-      const int groups = p.conv_dim / ConvConfig::kVec;
-      const int run = conv_window_run(total_tokens, groups);
-      const long long n = (static_cast<long long>(total_tokens) + run - 1) / run * groups;
-      const unsigned grid = static_cast<unsigned>((n + kT - 1) / kT);
+      const auto [run, grid] = walk_launch(total_tokens, p.conv_dim / ConvConfig::kVec);
       switch (p.d_conv) {
         case 2: conv1d_window_kernel<2><<<grid, kT, 0, stream>>>(p, run); break;
         case 3: conv1d_window_kernel<3><<<grid, kT, 0, stream>>>(p, run); break;
