@@ -571,37 +571,8 @@ __global__ void __launch_bounds__(MmaConfig::kThreads, Tr::kMinCtas) attention_w
     wgmma_wait0();
 
     const int j0 = kt * N;
-    const bool masked_tile = j0 + N - 1 > bound_lo;
     float alpha[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      if (masked_tile) {
-#pragma unroll
-        for (int n = 0; n < NT_S; ++n)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (j0 + n * 8 + 2 * t + e > bound[hr]) s[n][2 * hr + e] = -INFINITY;
-      }
-      float mx = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < NT_S; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[hr], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new * p.scale_log2;
-      alpha[hr] = fast_exp2(m_run[hr] * p.scale_log2 - m_use);
-      m_run[hr] = m_new;
-      float lsum = 0.f;
-#pragma unroll
-      for (int n = 0; n < NT_S; ++n)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = fast_exp2(fmaf(s[n][2 * hr + e], p.scale_log2, -m_use));
-          lsum += pv;
-          s[n][2 * hr + e] = pv;
-        }
-      l_run[hr] = l_run[hr] * alpha[hr] + lsum;
-    }
+    online_softmax_step(s, j0, j0 + N - 1 > bound_lo, bound, t, p.scale_log2, m_run, l_run, alpha);
     if (alpha[0] != 1.f || alpha[1] != 1.f) {  // the max moved: rescale (skipping x * 1 is exact)
 #pragma unroll
       for (int n = 0; n < NT_O; ++n) {

@@ -16,7 +16,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 // One online-softmax step (base 2) over a warp's two rows hr of an S fragment
-// (m64nNk16 accumulator layout, NT = N / 8 tiles, t = lane % 4), in place:
+// (the fp32 accumulator layout of mma.sync m16n8 and, per warp, of wgmma m64nN:
+// NT = N / 8 tiles of c0,c1 (row g, cols 2t, 2t+1), c2,c3 (row g+8); t = lane % 4), in place:
 // p = exp2(s * scale_log2 - m); in a masked tile the keys past each row's bound
 // get p = 0 explicitly, never exp(-inf - -inf). Updates the running max and sum
 // and returns O's rescale factors in alpha.
