@@ -94,6 +94,7 @@ struct DeviceBatch {
   float *g = nullptr, *beta = nullptr, *h_state = nullptr;
   int32_t *cu = nullptr, *order = nullptr;
   uint64_t* h_state_ptrs = nullptr;
+  void* chunked_ws = nullptr;  // the chunked kernel's workspace (kernels/gdn_chunked.h), its list written here
 
   DeviceBatch(const ShapeDef& sh, const MixDef& m) : name(config_name(sh, m)) {
     const pb::Scenario s = make_scenario(sh, m);
@@ -117,7 +118,20 @@ struct DeviceBatch {
     std::vector<int32_t> cu_h(N + 1, 0);
     for (uint32_t b = 0; b < N; ++b) cu_h[b + 1] = cu_h[b] + batch.streams[b].count;
     cu = upload(cu_h);
-    order = upload(pb::kernels::plan_gdn_order(cu_h));
+    const std::vector<int32_t> order_h = pb::kernels::plan_gdn_order(cu_h);
+    order = upload(order_h);
+    {  // the chunk list, as prepare_ssm writes it
+      const pb::kernels::GdnChunkedLayout l = pb::kernels::gdn_chunked_layout(shape, T, N);
+      std::vector<pb::kernels::GdnChunkItem> items;
+      std::vector<int32_t> first;
+      pb::kernels::plan_gdn_chunks(cu_h, order_h, &items, &first);
+      const int32_t count = static_cast<int32_t>(items.size());
+      BCK(cudaMalloc(&chunked_ws, l.bytes));
+      char* w = static_cast<char*>(chunked_ws);
+      BCK(cudaMemcpy(w + l.list.count, &count, 4, cudaMemcpyHostToDevice));
+      BCK(cudaMemcpy(w + l.list.items, items.data(), items.size() * sizeof(items[0]), cudaMemcpyHostToDevice));
+      BCK(cudaMemcpy(w + l.list.chunk_first, first.data(), first.size() * 4, cudaMemcpyHostToDevice));
+    }
     // Small random S0 per stream ([Hv, v_dim, k_dim] f32). The recurrence updates
     // h_state in place and it is not reset between iterations: the gates decay it
     // (g < 0, beta < 1), so values stay bounded and the timing does not drift.
@@ -138,7 +152,7 @@ struct DeviceBatch {
     for (void* d : {static_cast<void*>(x), static_cast<void*>(conv_w), static_cast<void*>(conv_state),
                     static_cast<void*>(conv_out), static_cast<void*>(out), static_cast<void*>(g),
                     static_cast<void*>(beta), static_cast<void*>(h_state), static_cast<void*>(cu),
-                    static_cast<void*>(order), static_cast<void*>(h_state_ptrs)})
+                    static_cast<void*>(order), static_cast<void*>(h_state_ptrs), chunked_ws})
       cudaFree(d);
   }
   DeviceBatch(const DeviceBatch&) = delete;
@@ -160,7 +174,7 @@ struct DeviceBatch {
     a.out = out;
     switch (k) {
       case Kernel::chunked:
-        return pb::kernels::launch_gdn_chunked(st, a);
+        return pb::kernels::launch_gdn_chunked(st, a, reinterpret_cast<uint64_t>(chunked_ws));
       case Kernel::token:
         return pb::kernels::launch_gdn(st, a);
       case Kernel::conv1d:

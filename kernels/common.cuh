@@ -76,4 +76,10 @@ inline int sm_count() {
   return sms;
 }
 
+// Lets kernel f take `bytes` of dynamic shared memory (past the 48 KB default).
+template <class F>
+cudaError_t allow_smem(F* f, size_t bytes) {
+  return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
 }  // namespace pb::kernels::detail

@@ -1,16 +1,20 @@
 // gdn_chunked.cu: the gated delta rule in chunks of kC tokens (the WY / UT
 // form of flash-linear-attention's chunk_gated_delta_rule), with the chunk's
 // matrix products on tensor cores (tf32 mma.sync m16n8k8, fp32 accumulators).
-// A CTA owns one (stream, v head, block of VB rows of S) and walks the
-// stream's chunks in order. Per chunk, with G_i = sum_{j<=i} g_j inside the
-// chunk and S0 the state before it:
-//   A_ij = beta_i e^{G_i-G_j} k_i.k_j (j < i), R_i = beta_i (v_i - e^{G_i} S0 k_i),
-//   (I + A) Delta = R (forward substitution: Delta_i = the token rule's delta),
+// Per chunk, with G_i = sum_{j<=i} g_j inside the chunk and S0 the state before it:
+//   A_ij = beta_i e^{G_i-G_j} k_i.k_j (j < i), T = (I + A)^-1,
+//   R_i = beta_i (v_i - e^{G_i} S0 k_i), Delta = T R (Delta_i = the token rule's delta),
 //   o_i = (e^{G_i} S0 q_i + sum_{j<=i} e^{G_i-G_j} (q_i.k_j) Delta_j) / sqrt(dk),
 //   S = e^{G_last} S0 + sum_j e^{G_last-G_j} Delta_j k_j^T.
-// The products (tensor cores): P1 [K;Q] S0^T -> R, e^G S0 q; P2 [K;Q] K^T -> A,
-// the masked q.k; P3 o += (masked q.k) Delta; P4 S += (e^{G_last-G} Delta)^T K.
-// The substitution and every scale, exp and sum stay in fp32.
+// Two launches:
+//   1. prep, parallel over (chunk, k head): what does not depend on S: the k products
+//      K K^T and Q K^T once per k head (not per v block and v head), then per v head
+//      of the group A, T = (I + A)^-1 (forward substitution on the identity, fp32)
+//      and M = tf32(e^{G_i-G_j} q_i.k_j) (j <= i), to the workspace;
+//   2. the walk: a CTA owns one (stream, v head, block of VB rows of S) and walks the
+//      stream's chunks in order: P1 [K;Q] S0^T -> R, e^G S0 q; Delta = T R (3xTF32:
+//      fp32-accurate); P3 o += M Delta; P4 S += (e^{G_last-G} Delta)^T K.
+// Every scale, exp and sum stays in fp32.
 // Precision: tf32 operands (10-bit mantissa, rounded to nearest) are 8x finer
 // than the bf16 rounding of q, k, v that the tolerance is built from; a host
 // emulation of exactly these roundings (2048 tokens, dk = dv = 128) moved the
@@ -25,6 +29,7 @@
 #include "kernels/gdn_chunked.h"
 
 #include "kernels/common.cuh"
+#include "kernels/gdn_chunk_list.h"
 #include "kernels/gdn_params.cuh"
 #include "kernels/gdn_state_update.cuh"
 #include "kernels/mma_tf32.cuh"
@@ -35,8 +40,156 @@ namespace {
 
 using namespace detail;  // mma_tf32.cuh
 
-constexpr int kC = 32;         // tokens per chunk: one warp's lanes (the g scan is a warp scan)
+constexpr int kC = kGdnChunk;  // tokens per chunk: one warp's lanes (the g scan is a warp scan)
 constexpr int kThreads = 256;  // 8 warps
+constexpr int kCS = kC + 4;    // stride of [C][C] tiles in shared memory (4 mod 32)
+constexpr int kTM = 2 * kC * kC;  // floats of one (chunk, v head)'s T then M in the workspace
+
+struct ChunkedParams {
+  GdnParams p;
+  const int32_t* count;           // the chunk list (gdn_chunk_list.h)
+  const GdnChunkItem* items;
+  const int32_t* chunk_first;
+  float* tm;                      // [max_chunks][Hv][T | M] (kTM floats each)
+  int max_chunks;
+};
+
+// Normalises 8 q and 8 k values of one token (l2 over the token's QL lanes, eps
+// 1e-6 inside the sqrt) and stores them rounded to tf32. Whole warps call it; the
+// prep and the walk both do, so their K and Q are the same bits.
+template <int QL>
+__device__ __forceinline__ void stage_qk8(const uint4& qraw, const uint4& kraw, float* qd, float* kd) {
+  float qf[8], kf[8];
+  unpack8(qraw, qf);
+  unpack8(kraw, kf);
+  float ssq = 0.f, ssk = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    ssq = fmaf(qf[e], qf[e], ssq);
+    ssk = fmaf(kf[e], kf[e], ssk);
+  }
+#pragma unroll
+  for (int off = QL / 2; off > 0; off >>= 1) {  // the QL lanes of one token
+    ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
+    ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+  }
+  const float iq = 1.f / sqrtf(ssq + 1e-6f), ik = 1.f / sqrtf(ssk + 1e-6f);
+#pragma unroll
+  for (int e = 0; e < 8; e += 4) {
+    *reinterpret_cast<float4*>(kd + e) = make_float4(tf32_round(kf[e] * ik), tf32_round(kf[e + 1] * ik),
+                                                     tf32_round(kf[e + 2] * ik), tf32_round(kf[e + 3] * ik));
+    *reinterpret_cast<float4*>(qd + e) = make_float4(tf32_round(qf[e] * iq), tf32_round(qf[e + 1] * iq),
+                                                     tf32_round(qf[e + 2] * iq), tf32_round(qf[e + 3] * iq));
+  }
+}
+
+// Warp 0: the chunk's g scan (lane = token; padded tokens g = 0): G_i.
+__device__ __forceinline__ float g_scan(float g) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const float y = __shfl_up_sync(0xffffffffu, g, off);
+    if (lane >= off) g += y;
+  }
+  return g;
+}
+
+// ---- 1. prep: one CTA per (chunk, k head). Shared: K, Q [C][KS] tf32; A [C][CS].
+// Warp (pa, jt) holds the 16 x 8 tiles (token tile pa, key tile jt) of K K^T and
+// Q K^T (the same operands, tiles and k order as the walk computed them before).
+template <int KP>
+struct PrepSmem {
+  static constexpr int KS = KP + 4;
+  static constexpr int K = 0, Q = K + kC * KS, A = Q + kC * KS, G = A + kC * kCS, B = G + kC;
+  static constexpr size_t bytes = sizeof(float) * (B + kC);
+};
+
+template <int KP>
+__global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
+  using L = PrepSmem<KP>;
+  constexpr int KS = L::KS, QL = KP / 8, QN = kC * QL;
+  static_assert(QN % 32 == 0, "whole warps per staging slot");
+  const GdnParams& p = s.p;
+  const int item = blockIdx.x, kh = blockIdx.y;
+  if (item >= *s.count || item >= s.max_chunks) return;
+  const GdnChunkItem it = s.items[item];
+  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.max_chunks) return;
+  const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
+  const int t0 = it.t0, n = min(kC, sr.end - t0);
+  if (t0 < sr.begin || n <= 0) return;
+  extern __shared__ __align__(16) float sm[];
+  float *K_s = sm + L::K, *Q_s = sm + L::Q, *A_s = sm + L::A, *G_s = sm + L::G, *B_s = sm + L::B;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, fg = lane >> 2, ft = lane & 3;
+
+  const size_t q_off = static_cast<size_t>(kh) * p.k_dim;
+  const size_t k_off = static_cast<size_t>(p.num_k_heads + kh) * p.k_dim;
+  for (int idx = tid; idx < QN; idx += kThreads) {  // whole warps
+    const int tt = idx / QL, col = 8 * (idx % QL);
+    uint4 qr = make_uint4(0, 0, 0, 0), kr = qr;
+    if (tt < n && col < p.k_dim) {
+      const uint16_t* row = p.conv_out + static_cast<size_t>(t0 + tt) * p.conv_dim;
+      qr = *reinterpret_cast<const uint4*>(row + q_off + col);
+      kr = *reinterpret_cast<const uint4*>(row + k_off + col);
+    }
+    stage_qk8<QL>(qr, kr, Q_s + tt * KS + col, K_s + tt * KS + col);
+  }
+  __syncthreads();
+
+  const int pa = warp >> 2, jt = warp & 3;
+  float ak[4] = {0.f, 0.f, 0.f, 0.f}, aq[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+  for (int kk = 0; kk < KP; kk += 8) {
+    uint32_t a_k[4], a_q[4], b[2];
+    load_a_mk(a_k, K_s + 16 * pa * KS + kk, KS, fg, ft);
+    load_a_mk(a_q, Q_s + 16 * pa * KS + kk, KS, fg, ft);
+    load_b_nk(b, K_s + 8 * jt * KS + kk, KS, fg, ft);
+    mma_tf32(ak, a_k, b);
+    mma_tf32(aq, a_q, b);
+  }
+
+  const int group = p.num_v_heads / p.num_k_heads;
+  constexpr int TPC = kThreads / kC, RPT = kC / TPC;  // the substitution: a column of T per TPC lanes
+  const int col = tid / TPC, sub = tid % TPC;
+  for (int h = kh * group; h < (kh + 1) * group; ++h) {
+    if (warp == 0) {  // padded tokens: g = 0, beta = 0 (no effect)
+      const bool ok = lane < n;
+      const size_t gi = static_cast<size_t>(t0 + (ok ? lane : 0)) * p.num_v_heads + h;
+      G_s[lane] = g_scan(ok ? p.g[gi] : 0.f);
+      B_s[lane] = ok ? p.beta[gi] : 0.f;
+    }
+    __syncthreads();  // G, beta visible; the previous head's reads of A_s done
+    float* T_g = s.tm + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kTM;
+    float* M_g = T_g + kC * kC;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = 16 * pa + fg + 8 * hr, j = 8 * jt + 2 * ft;
+      float m2[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float dec = j + e <= i ? expf(G_s[i] - G_s[j + e]) : 0.f;
+        A_s[i * kCS + j + e] = j + e < i ? B_s[i] * dec * ak[2 * hr + e] : 0.f;
+        m2[e] = tf32_round(dec * aq[2 * hr + e]);
+      }
+      *reinterpret_cast<float2*>(M_g + i * kC + j) = make_float2(m2[0], m2[1]);
+    }
+    __syncthreads();  // A complete
+    // (I + A) T = I, column `col`, rows sub + TPC r (fp32, j ascending)
+    float x[RPT];
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) x[r] = sub + TPC * r == col ? 1.f : 0.f;
+#pragma unroll
+    for (int j = 0; j < kC - 1; ++j) {
+      const float xj = __shfl_sync(0xffffffffu, x[j / TPC], (lane & ~(TPC - 1)) | (j % TPC));
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) {
+        const int i = sub + TPC * r;
+        if (i > j) x[r] = fmaf(-A_s[i * kCS + j], xj, x[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) T_g[(sub + TPC * r) * kC + col] = x[r];
+  }
+}
 
 
 // Shared memory layout (floats). Strides: KS and CS are 4 (mod 32), so that
@@ -48,8 +201,8 @@ struct ChunkSmem {
   static constexpr int S = 0;                 // [VB][KS] S0, tf32 (the fp32 master is in registers)
   static constexpr int KQ = S + VB * KS;      // [2C][KS] rows 0..C-1 normalised k, C..2C-1 q (tf32)
   static constexpr int D = KQ + 2 * kC * KS;  // [C][VS] v, then R, then Delta (fp32)
-  static constexpr int A = D + kC * VS;       // [C][CS] A, strictly lower (fp32)
-  static constexpr int M = A + kC * CS;       // [C][CS] e^{G_i-G_j} q_i.k_j, j <= i (tf32)
+  static constexpr int T = D + kC * VS;       // [C][CS] T = (I + A)^-1, lower (fp32, from prep)
+  static constexpr int M = T + kC * CS;       // [C][CS] e^{G_i-G_j} q_i.k_j, j <= i (tf32, from prep)
   static constexpr int Gm = M + kC * CS;      // [C] e^{G_i}
   static constexpr int Bt = Gm + kC;          // [C] beta
   static constexpr int E = Bt + kC;           // [C] e^{G_last - G_j}
@@ -70,7 +223,7 @@ struct ChunkRaw {
 };
 
 template <int KP, int VB>
-__global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
+__global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams s) {
   using namespace detail;
   using L = ChunkSmem<KP, VB>;
   using Raw = ChunkRaw<KP, VB>;
@@ -82,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
   float* S_s = sm + L::S;
   float* KQ_s = sm + L::KQ;
   float* D_s = sm + L::D;
-  float* A_s = sm + L::A;
+  float* T_s = sm + L::T;
   float* M_s = sm + L::M;
   float* Gm_s = sm + L::Gm;
   float* Bt_s = sm + L::Bt;
@@ -92,6 +245,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int fg = lane >> 2, ft = lane & 3;  // fragment row group / column
+  const GdnParams& p = s.p;
   const int per_stream = p.num_v_heads * p.blocks;
   const int ob = blockIdx.x / per_stream;
   const int rem = blockIdx.x - ob * per_stream;
@@ -101,6 +255,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
   if (b < 0 || b >= p.batch_size) return;
   const int kh = h / (p.num_v_heads / p.num_k_heads);
   const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
+  // this stream's chunks in the prep's T | M (bounded: a bad chunk_first reads nothing)
+  const int c_first = s.chunk_first[b];
+  if (c_first < 0 || c_first + (sr.end - sr.begin + kC - 1) / kC > s.max_chunks) return;
   const int v0 = vb * VB;
   const int vn = min(VB, p.v_dim - v0);  // a multiple of 8
   float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
@@ -152,6 +309,17 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
     }
   };
 
+  // Starts the copy of chunk c's T and M (prep's, fp32) into T_s, M_s.
+  auto fetch_tm = [&](int c) {
+    const float* src = s.tm + (static_cast<size_t>(c) * p.num_v_heads + h) * kTM;
+    constexpr int PR = kC / 4;  // 16-byte pieces per row
+    for (int idx = tid; idx < 2 * kC * PR; idx += kThreads) {
+      const int mat = idx / (kC * PR), row = (idx / PR) % kC, c4 = 4 * (idx % PR);
+      cp_async16(smem_u32((mat ? M_s : T_s) + row * CS + c4), src + mat * kC * kC + row * kC + c4);
+    }
+    cp_async_commit();
+  };
+
   if (sr.begin < sr.end) fetch(sr.begin);
   cp_async_wait<0>();
   __syncthreads();  // R_s and the S_s copy visible to every thread
@@ -161,32 +329,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
 #pragma unroll
     for (int u = 0; u < Raw::QU; ++u) {
       const int idx = tid + kThreads * u, tt = idx / Raw::QL, col = 8 * (idx % Raw::QL);
-      if (idx < Raw::QN) {  // whole warps
-        float qf[8], kf[8];
-        unpack8(R_s[Raw::Q + idx], qf);
-        unpack8(R_s[Raw::K + idx], kf);
-        float ssq = 0.f, ssk = 0.f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          ssq = fmaf(qf[e], qf[e], ssq);
-          ssk = fmaf(kf[e], kf[e], ssk);
-        }
-#pragma unroll
-        for (int off = Raw::QL / 2; off > 0; off >>= 1) {  // the QL lanes of one token
-          ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
-          ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
-        }
-        const float iq = 1.f / sqrtf(ssq + 1e-6f), ik = 1.f / sqrtf(ssk + 1e-6f);
-        float* kd = &KQ_s[tt * KS + col];
-        float* qd = &KQ_s[(kC + tt) * KS + col];
-#pragma unroll
-        for (int e = 0; e < 8; e += 4) {
-          *reinterpret_cast<float4*>(kd + e) = make_float4(tf32_round(kf[e] * ik), tf32_round(kf[e + 1] * ik),
-                                                           tf32_round(kf[e + 2] * ik), tf32_round(kf[e + 3] * ik));
-          *reinterpret_cast<float4*>(qd + e) = make_float4(tf32_round(qf[e] * iq), tf32_round(qf[e + 1] * iq),
-                                                           tf32_round(qf[e + 2] * iq), tf32_round(qf[e + 3] * iq));
-        }
-      }
+      if (idx < Raw::QN)  // whole warps
+        stage_qk8<Raw::QL>(R_s[Raw::Q + idx], R_s[Raw::K + idx], &KQ_s[(kC + tt) * KS + col], &KQ_s[tt * KS + col]);
     }
 #pragma unroll
     for (int u = 0; u < Raw::VU; ++u) {
@@ -199,45 +343,34 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
       }
     }
     if (warp == 0) {
-      float G = g_next;
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const float y = __shfl_up_sync(0xffffffffu, G, off);
-        if (lane >= off) G += y;
-      }
+      const float G = g_scan(g_next);
       const float G_last = __shfl_sync(0xffffffffu, G, 31);
       Gr_s[lane] = G;
       Gm_s[lane] = expf(G);
       E_s[lane] = expf(G_last - G);
       Bt_s[lane] = beta_next;
     }
-    __syncthreads();
-    if (t0 + kC < sr.end) fetch(t0 + kC);  // in flight during this chunk's products
+    __syncthreads();  // staging done; the previous chunk's reads of T_s and M_s done
+    fetch_tm(c_first + (t0 - sr.begin) / kC);  // needed after P1
+    if (t0 + kC < sr.end) fetch(t0 + kC);      // in flight during this chunk's products
+    else cp_async_commit();                     // (an empty group: the wait below counts groups)
 
-    // ---- 2. P1: [K; Q] S0^T and P2: [K; Q] K^T in one pass over k_dim (m = tokens;
-    // n = v rows for P1, k tokens j for P2). Warp (pa, pn): the k rows and the q
-    // rows of token tile pa against P1's v tiles pn.. and P2's j tile jt, so each
-    // A fragment feeds both products, and the q part of P1 (o) stays in this
+    // ---- 2. P1: [K; Q] S0^T (m = tokens, n = v rows). Warp (pa, pn): the k rows and
+    // the q rows of token tile pa against v tiles pn..; the q part (o) stays in this
     // warp's registers for P3.
-    const int pa = warp >> 2, pn = (warp & 3) * TN1, jt = warp & 3;
+    const int pa = warp >> 2, pn = (warp & 3) * TN1;
     float o[TN1][4];
     {
       float r[TN1][4];
-      float ak2[4], aq2[4];  // P2: k rows . k_j, q rows . k_j
 #pragma unroll
       for (int ni = 0; ni < TN1; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) r[ni][e] = o[ni][e] = 0.f;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ak2[e] = aq2[e] = 0.f;
 #pragma unroll 4
       for (int kk = 0; kk < KP; kk += 8) {
-        uint32_t ak[4], aq[4], bk[2];
+        uint32_t ak[4], aq[4];
         load_a_mk(ak, KQ_s + 16 * pa * KS + kk, KS, fg, ft);
         load_a_mk(aq, KQ_s + (kC + 16 * pa) * KS + kk, KS, fg, ft);
-        load_b_nk(bk, KQ_s + 8 * jt * KS + kk, KS, fg, ft);
-        mma_tf32(ak2, ak, bk);
-        mma_tf32(aq2, aq, bk);
 #pragma unroll
         for (int ni = 0; ni < TN1; ++ni) {
           uint32_t bs[2];
@@ -256,39 +389,54 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
           D_s[i * VS + v] = Bt_s[i] * (D_s[i * VS + v] - gm * r[ni][e]);
           o[ni][e] *= gm;
         }
-      // A (k rows, strictly lower, beta-scaled) and M (q rows, j <= i, tf32), decayed
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 16 * pa + fg + 8 * (e >> 1), j = 8 * jt + 2 * ft + (e & 1);
-        const float dec = j <= i ? expf(Gr_s[i] - Gr_s[j]) : 0.f;
-        A_s[i * CS + j] = j < i ? Bt_s[i] * dec * ak2[e] : 0.f;
-        M_s[i * CS + j] = tf32_round(dec * aq2[e]);
-      }
     }
-    __syncthreads();
+    cp_async_wait<1>();  // this chunk's T, M (the next chunk's raw copy may still be in flight)
+    __syncthreads();     // R complete in D_s; T_s, M_s visible
 
-    // ---- 3. (I + A) Delta = R by forward substitution, a column per TPC lanes (fp32)
+    // ---- 3. Delta = T R (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15), in
+    // 3xTF32 (hi and lo tf32 parts of both operands: fp32-accurate), then over R in D_s.
     {
-      constexpr int TPC = kThreads / VB;  // lanes per column (4 or 8)
-      constexpr int RPT = kC / TPC;       // rows per lane: i = sub + TPC r
-      static_assert(32 % TPC == 0 && kC % TPC == 0, "substitution mapping");
-      const int col = tid / TPC, sub = tid % TPC;
-      float d[RPT];
+      float d[TN1][4];
 #pragma unroll
-      for (int r = 0; r < RPT; ++r) d[r] = D_s[(sub + TPC * r) * VS + col];
+      for (int ni = 0; ni < TN1; ++ni)
 #pragma unroll
-      for (int j = 0; j < kC - 1; ++j) {
-        const float dj = __shfl_sync(0xffffffffu, d[j / TPC], (lane & ~(TPC - 1)) | (j % TPC));
+        for (int e = 0; e < 4; ++e) d[ni][e] = 0.f;
 #pragma unroll
-        for (int r = 0; r < RPT; ++r) {
-          const int i = sub + TPC * r;
-          if (i > j) d[r] = fmaf(-A_s[i * CS + j], dj, d[r]);
+      for (int kk = 0; kk < kC; kk += 8) {
+        if (kk >= 16 * (pa + 1)) break;  // above the diagonal: T is zero there
+        const float* X = T_s + 16 * pa * CS + kk;
+        const float ta[4] = {X[fg * CS + ft], X[(fg + 8) * CS + ft], X[fg * CS + ft + 4], X[(fg + 8) * CS + ft + 4]};
+        uint32_t ahi[4], alo[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          ahi[e] = tf32_bits(ta[e]);
+          alo[e] = tf32_bits(ta[e] - __uint_as_float(ahi[e]));
+        }
+#pragma unroll
+        for (int ni = 0; ni < TN1; ++ni) {
+          const float* Y = D_s + kk * VS + 8 * (pn + ni);
+          const float rb[2] = {Y[ft * VS + fg], Y[(ft + 4) * VS + fg]};
+          uint32_t bhi[2], blo[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            bhi[e] = tf32_bits(rb[e]);
+            blo[e] = tf32_bits(rb[e] - __uint_as_float(bhi[e]));
+          }
+          mma_tf32(d[ni], alo, bhi);
+          mma_tf32(d[ni], ahi, blo);
+          mma_tf32(d[ni], ahi, bhi);
         }
       }
+      __syncthreads();  // every read of R done
 #pragma unroll
-      for (int r = 0; r < RPT; ++r) D_s[(sub + TPC * r) * VS + col] = d[r];
+      for (int ni = 0; ni < TN1; ++ni)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int i = 16 * pa + fg + 8 * hr, v = 8 * (pn + ni) + 2 * ft;
+          *reinterpret_cast<float2*>(&D_s[i * VS + v]) = make_float2(d[ni][2 * hr], d[ni][2 * hr + 1]);
+        }
     }
-    __syncthreads();
+    __syncthreads();  // Delta complete in D_s
 
     // ---- 4a. P3: o += (masked q.k) Delta (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15)
 #pragma unroll
@@ -324,49 +472,75 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(GdnParams p) {
 }
 
 template <int KP, int VB>
-cudaError_t launch_variant(cudaStream_t stream, GdnParams p) {
+cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
   using L = ChunkSmem<KP, VB>;
   static bool configured = false;
   if (!configured) {
-    const cudaError_t e = cudaFuncSetAttribute(gdn_chunked_kernel<KP, VB>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(L::bytes));
+    const cudaError_t e = detail::allow_smem(gdn_chunked_kernel<KP, VB>, L::bytes);
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  p.blocks = (p.v_dim + VB - 1) / VB;
-  const long long ctas = static_cast<long long>(p.batch_size) * p.num_v_heads * p.blocks;
+  s.p.blocks = (s.p.v_dim + VB - 1) / VB;
+  const long long ctas = static_cast<long long>(s.p.batch_size) * s.p.num_v_heads * s.p.blocks;
   if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
-  gdn_chunked_kernel<KP, VB><<<static_cast<unsigned>(ctas), kThreads, L::bytes, stream>>>(p);
+  gdn_chunked_kernel<KP, VB><<<static_cast<unsigned>(ctas), kThreads, L::bytes, stream>>>(s);
   return cudaGetLastError();
 }
 
-// v blocks of 64 rows, or of 32 when 64-row CTAs would not fill the GPU's two
-// resident CTAs per SM (then the chain of chunks, not the throughput, sets the
-// time, and a 32-row CTA walks each chunk faster).
+// The prep over (chunk, k head), then the walk with v blocks of 64 rows, or of 32
+// when 64-row CTAs would not fill the GPU's two resident CTAs per SM (then the
+// chain of chunks, not the throughput, sets the time, and a 32-row CTA walks each
+// chunk faster).
 template <int KP>
-cudaError_t launch_k(cudaStream_t stream, const GdnParams& p) {
+cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s) {
+  using PL = PrepSmem<KP>;
+  static bool configured = false;
+  if (!configured) {
+    const cudaError_t e = detail::allow_smem(gdn_chunked_prep<KP>, PL::bytes);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  const GdnParams& p = s.p;
+  gdn_chunked_prep<KP><<<dim3(s.max_chunks, p.num_k_heads), kThreads, PL::bytes, stream>>>(s);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const long long ctas64 = static_cast<long long>(p.batch_size) * p.num_v_heads * ((p.v_dim + 63) / 64);
-  if (p.v_dim <= 32 || ctas64 < 2LL * detail::sm_count()) return launch_variant<KP, 32>(stream, p);
-  return launch_variant<KP, 64>(stream, p);
+  if (p.v_dim <= 32 || ctas64 < 2LL * detail::sm_count()) return launch_walk<KP, 32>(stream, s);
+  return launch_walk<KP, 64>(stream, s);
 }
 
 }  // namespace
 
+GdnChunkedLayout gdn_chunked_layout(const LayerShape& shape, uint32_t total_tokens, uint32_t batch_size) {
+  GdnChunkedLayout l;
+  l.list = gdn_chunk_list_layout(total_tokens, batch_size);
+  l.tm = l.list.bytes;
+  l.bytes = l.tm + gdn_round256(uint64_t(l.list.max_chunks) * shape.num_v_heads * kTM * sizeof(float));
+  return l;
+}
+
 bool gdn_chunked_supports(const LayerShape& shape) {
   return shape.num_k_heads > 0 && shape.num_v_heads > 0 && shape.num_v_heads % shape.num_k_heads == 0 &&
          shape.k_dim > 0 && shape.k_dim % 8 == 0 && shape.k_dim <= 128 && shape.v_dim > 0 &&
-         shape.v_dim % 8 == 0;
+         shape.v_dim % 8 == 0 && shape.num_k_heads <= 65535;
 }
 
-cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args) {
+cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_t scratch) {
   const LayerShape& shape = args.shape;
   if (!gdn_chunked_supports(shape)) return cudaErrorInvalidValue;
   if (args.batch_size == 0) return cudaSuccess;
-  GdnParams p = gdn_params(args);
-  if (shape.k_dim <= 32) return launch_k<32>(stream, p);
-  if (shape.k_dim <= 64) return launch_k<64>(stream, p);
-  return launch_k<128>(stream, p);
+  const GdnChunkedLayout l = gdn_chunked_layout(shape, args.total_tokens, args.batch_size);
+  if (l.list.max_chunks == 0) return cudaSuccess;
+  if (l.list.max_chunks > 0x7fffffffu) return cudaErrorInvalidValue;
+  ChunkedParams s;
+  s.p = gdn_params(args);
+  s.count = reinterpret_cast<const int32_t*>(scratch + l.list.count);
+  s.items = reinterpret_cast<const GdnChunkItem*>(scratch + l.list.items);
+  s.chunk_first = reinterpret_cast<const int32_t*>(scratch + l.list.chunk_first);
+  s.tm = reinterpret_cast<float*>(scratch + l.tm);
+  s.max_chunks = static_cast<int>(l.list.max_chunks);
+  if (shape.k_dim <= 32) return launch_k<32>(stream, s);
+  if (shape.k_dim <= 64) return launch_k<64>(stream, s);
+  return launch_k<128>(stream, s);
 }
 
 }  // namespace pb::kernels

@@ -1,6 +1,7 @@
-// gdn_chunked.h: the chunked (WY / UT-transform) Gated DeltaNet prefill kernel,
-// same contract and arguments as launch_gdn (kernels/kernels.h), which stays the
-// oracle (--impl gdn=token, kernels/kernel_table.cu).
+// gdn_chunked.h: the chunked (WY / UT-transform) Gated DeltaNet prefill kernels
+// (a parallel prep over chunks, then the walk over each stream's chunks), same
+// contract and arguments as launch_gdn (kernels/kernels.h), which stays the
+// oracle (--impl gdn=token, kernels/kernel_table.cu), plus a workspace.
 // Invariants: reference/reference.h's math with an fp32 state, fp32 sums and
 // tf32 (tensor-core) operands in the chunk's matrix products (the .cu says why
 // that keeps the tolerance); S f32 read from and written back to h_state_ptrs[b]
@@ -13,14 +14,26 @@
 #include <cstdint>
 
 #include "lib/bf16.h"
+#include "kernels/gdn_chunk_list.h"
 #include "kernels/kernels.h"
 #include "lib/metadata.h"
 
 namespace pb::kernels {
 
+// Byte offsets of the kernel's scratch inside a workspace region starting at 0: the
+// chunk list (gdn_chunk_list.h), then the prep's T = (I + A)^-1 and masked q.k per
+// (chunk, v head), 8 KB each. Sizes from the scalars only.
+struct GdnChunkedLayout {
+  GdnChunkList list;
+  uint64_t tm = 0, bytes = 0;
+};
+GdnChunkedLayout gdn_chunked_layout(const LayerShape& shape, uint32_t total_tokens, uint32_t batch_size);
+
 // True when launch_gdn_chunked takes this shape.
 bool gdn_chunked_supports(const LayerShape& shape);
 
-cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args);
+// `scratch`: the device address of the region gdn_chunked_layout describes, its
+// chunk list written by prepare (plan_gdn_chunks).
+cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_t scratch);
 
 }  // namespace pb::kernels

@@ -30,12 +30,10 @@ namespace pb::kernels {
 
 namespace {
 
-constexpr int kC = 32;         // tokens per chunk (one warp's lanes: the g scan)
+constexpr int kC = kGdnChunk;  // tokens per chunk (one warp's lanes: the g scan)
 constexpr int kThreads = 256;  // 8 warps
 
 constexpr int kCS = kC + 4;    // stride of [C][C] tiles (4 mod 32: conflict-free A / B fragments)
-
-uint64_t round256(uint64_t n) { return (n + 255) & ~uint64_t(255); }
 
 // Stride of [rows][k_dim] tf32 tiles read as mma fragments along a row: k_dim padded
 // to 32, plus 4 (4 mod 32: the 32 lanes of a fragment load hit 32 banks).
@@ -61,7 +59,7 @@ __device__ __forceinline__ void chunk_xyt(float (&acc)[4], const float* X, const
 struct SplitParams {
   GdnParams p;
   const int32_t* count;
-  const GdnSplitItem* items;
+  const GdnChunkItem* items;
   const int32_t* chunk_first;
   float *G, *W, *U, *Kn, *Qn, *P;  // P: q_i tf32(S_c)^T per token, v head and v row
   int max_chunks;  // the work list's capacity
@@ -93,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_prep(SplitParams s) {
   const GdnParams& p = s.p;
   const int item = blockIdx.x, h = blockIdx.y;
   if (item >= *s.count) return;
-  const GdnSplitItem it = s.items[item];
+  const GdnChunkItem it = s.items[item];
   if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.max_chunks) return;
   const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
   const int t0 = it.t0, n = min(kC, sr.end - t0);
@@ -385,7 +383,7 @@ __global__ void __launch_bounds__(kThreads) gdn_split_out(SplitParams s) {
   const GdnParams& p = s.p;
   const int item = blockIdx.x, h = blockIdx.y;
   if (item >= *s.count) return;
-  const GdnSplitItem it = s.items[item];
+  const GdnChunkItem it = s.items[item];
   if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.max_chunks) return;
   const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
   const int t0 = it.t0, n = min(kC, sr.end - t0);
@@ -467,17 +465,12 @@ size_t out_smem(int dk) {
   return sizeof(float) * (2 * kC * ks_of(dk) + kC * kCS + kC * kOutDS + kC);
 }
 
-template <class F>
-cudaError_t allow_smem(F* f, size_t bytes) {
-  return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-}
-
 template <int KP, int VB>
 cudaError_t launch_scan(cudaStream_t stream, unsigned grid, const SplitParams& s) {
   using L = ScanSmem<KP, VB>;
   static bool configured = false;
   if (!configured) {
-    const cudaError_t e = allow_smem(gdn_split_scan<KP, VB>, L::bytes);
+    const cudaError_t e = detail::allow_smem(gdn_split_scan<KP, VB>, L::bytes);
     if (e != cudaSuccess) return e;
     configured = true;
   }
@@ -491,33 +484,15 @@ GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, 
   GdnSplitLayout l;
   const uint64_t T = total_tokens, N = batch_size, Hv = shape.num_v_heads, Hk = shape.num_k_heads;
   const uint64_t dk = shape.k_dim, dv = shape.v_dim;
-  l.max_chunks = static_cast<uint32_t>(T / kC + N);
-  l.count = 0;
-  l.items = 256;
-  l.chunk_first = l.items + round256(uint64_t(l.max_chunks + 1) * sizeof(GdnSplitItem));
-  l.G = l.chunk_first + round256((N + 1) * 4);
-  l.W = l.G + round256(T * Hv * 4);
-  l.U = l.W + round256(T * Hv * dk * 4);
-  l.Kn = l.U + round256(T * Hv * dv * 4);
-  l.Qn = l.Kn + round256(T * Hk * dk * 4);
-  l.P = l.Qn + round256(T * Hk * dk * 4);
-  l.bytes = l.P + round256(T * Hv * dv * 4);
+  l.list = gdn_chunk_list_layout(total_tokens, batch_size);
+  l.G = l.list.bytes;
+  l.W = l.G + gdn_round256(T * Hv * 4);
+  l.U = l.W + gdn_round256(T * Hv * dk * 4);
+  l.Kn = l.U + gdn_round256(T * Hv * dv * 4);
+  l.Qn = l.Kn + gdn_round256(T * Hk * dk * 4);
+  l.P = l.Qn + gdn_round256(T * Hk * dk * 4);
+  l.bytes = l.P + gdn_round256(T * Hv * dv * 4);
   return l;
-}
-
-void plan_gdn_split(const std::vector<int32_t>& cu, const std::vector<int32_t>& order,
-                    std::vector<GdnSplitItem>* items, std::vector<int32_t>* chunk_first) {
-  const int n = cu.empty() ? 0 : static_cast<int>(cu.size()) - 1;
-  chunk_first->assign(static_cast<size_t>(n) + 1, 0);
-  for (int b = 0; b < n; ++b) {
-    const int len = std::max(0, cu[b + 1] - cu[b]);
-    (*chunk_first)[b + 1] = (*chunk_first)[b] + (len + kC - 1) / kC;
-  }
-  items->clear();
-  for (const int32_t b : order) {
-    if (b < 0 || b >= n) continue;
-    for (int t0 = cu[b], c = (*chunk_first)[b]; t0 < cu[b + 1]; t0 += kC, ++c) items->push_back({b, t0, c, 0});
-  }
 }
 
 bool gdn_split_supports(const LayerShape& shape) {
@@ -533,9 +508,9 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   const GdnSplitLayout l = gdn_split_layout(shape, args.total_tokens, args.batch_size);
   SplitParams s;
   s.p = gdn_params(args);
-  s.count = reinterpret_cast<const int32_t*>(scratch + l.count);
-  s.items = reinterpret_cast<const GdnSplitItem*>(scratch + l.items);
-  s.chunk_first = reinterpret_cast<const int32_t*>(scratch + l.chunk_first);
+  s.count = reinterpret_cast<const int32_t*>(scratch + l.list.count);
+  s.items = reinterpret_cast<const GdnChunkItem*>(scratch + l.list.items);
+  s.chunk_first = reinterpret_cast<const int32_t*>(scratch + l.list.chunk_first);
   s.G = reinterpret_cast<float*>(scratch + l.G);
   s.W = reinterpret_cast<float*>(scratch + l.W);
   s.U = reinterpret_cast<float*>(scratch + l.U);
@@ -549,20 +524,20 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   const int kp = shape.k_dim <= 32 ? 32 : shape.k_dim <= 64 ? 64 : 128;
   const bool wide = kp == 32 || heads * ((shape.v_dim + 31) / 32) >= 2LL * detail::sm_count();
   const int vb = wide ? 32 : 16;
-  s.max_chunks = static_cast<int>(l.max_chunks);
+  s.max_chunks = static_cast<int>(l.list.max_chunks);
   s.p.blocks = (shape.v_dim + vb - 1) / vb;
   const size_t b1 = prep_smem(shape.k_dim), b3 = out_smem(shape.k_dim);
   static bool configured = false;  // once, at the largest sizes (k_dim 128)
   if (!configured) {
-    cudaError_t e = allow_smem(gdn_split_prep, prep_smem(128));
-    if (e == cudaSuccess) e = allow_smem(gdn_split_out, out_smem(128));
+    cudaError_t e = detail::allow_smem(gdn_split_prep, prep_smem(128));
+    if (e == cudaSuccess) e = detail::allow_smem(gdn_split_out, out_smem(128));
     if (e != cudaSuccess) return e;
     configured = true;
   }
   const long long scan_ctas = heads * s.p.blocks;
-  if (scan_ctas > 0x7fffffffLL || l.max_chunks > 0x7fffffffu || shape.num_v_heads > 65535) return cudaErrorInvalidValue;
-  if (l.max_chunks == 0) return cudaSuccess;
-  const dim3 par(l.max_chunks, shape.num_v_heads);
+  if (scan_ctas > 0x7fffffffLL || l.list.max_chunks > 0x7fffffffu || shape.num_v_heads > 65535) return cudaErrorInvalidValue;
+  if (l.list.max_chunks == 0) return cudaSuccess;
+  const dim3 par(l.list.max_chunks, shape.num_v_heads);
   gdn_split_prep<<<par, kThreads, b1, stream>>>(s);
   cudaError_t e = cudaSuccess;
   const unsigned grid = static_cast<unsigned>(scan_ctas);

@@ -40,8 +40,8 @@ struct Ctx {
   std::vector<AttnWorkItem> work;
   std::vector<float> inv_freq;
   std::vector<int32_t> order;
-  std::vector<GdnSplitItem> split_items;
-  std::vector<int32_t> split_chunk_first;
+  std::vector<GdnChunkItem> chunk_items;  // the chunk list (split and chunked)
+  std::vector<int32_t> chunk_first;
 };
 
 void put(char* buf, size_t len, const std::string& s) {
@@ -133,15 +133,21 @@ AttnLayout attn_layout(const pb_attn_shape& s, uint32_t T, size_t work_items) {
   return l;
 }
 struct SsmLayout {
-  uint64_t conv_out = 0, order = 0, split = 0, bytes = 0;  // split: gdn_split_layout's region, when it runs
+  // gdn: the split's or the chunked kernel's region (each starts with the chunk
+  // list, gdn_chunk_list.h), 0 when the token kernel runs
+  uint64_t conv_out = 0, order = 0, gdn = 0, bytes = 0;
 };
 SsmLayout ssm_layout(const Ctx& c, const pb_ssm_shape& s, uint32_t T, uint32_t N) {
   SsmLayout l;
   l.order = round256(uint64_t(T) * s.conv_dim * 2);
   l.bytes = l.order + round256(uint64_t(N + 1) * 4);
-  if (gdn_split(c, ssm_shape(s))) {
-    l.split = l.bytes;
-    l.bytes += gdn_split_layout(ssm_shape(s), T, N).bytes;
+  const LayerShape shape = ssm_shape(s);
+  const uint64_t own = gdn_split(c, shape)     ? gdn_split_layout(shape, T, N).bytes
+                       : gdn_chunked(c, shape) ? gdn_chunked_layout(shape, T, N).bytes
+                                               : 0;
+  if (own) {
+    l.gdn = l.bytes;
+    l.bytes += own;
   }
   return l;
 }
@@ -422,21 +428,21 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
   if (!c.order.empty())
     e = cudaMemcpyAsync(ws<int32_t>(a->workspace.data, l.order), c.order.data(), c.order.size() * 4,
                         cudaMemcpyHostToDevice, st);
-  if (e == cudaSuccess && l.split) {  // the split kernel's work list (kernels/gdn_split.h)
-    plan_gdn_split(host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count), c.order, &c.split_items, &c.split_chunk_first);
-    const GdnSplitLayout sl = gdn_split_layout(ssm_shape(a->shape), m.total_tokens, m.batch_size);
-    if (c.split_items.size() > sl.max_chunks || c.split_chunk_first.size() != m.batch_size + 1u) {
+  if (e == cudaSuccess && l.gdn) {  // the chunk list of the split or chunked kernel (kernels/gdn_chunk_list.h)
+    plan_gdn_chunks(host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count), c.order, &c.chunk_items, &c.chunk_first);
+    const GdnChunkList cl = gdn_chunk_list_layout(m.total_tokens, m.batch_size);
+    if (c.chunk_items.size() > cl.max_chunks || c.chunk_first.size() != m.batch_size + 1u) {
       put(msg, msg_len, "prepare_ssm: the host cu_seqlens give more chunks than total_tokens and batch_size allow");
       return PB_ERR_INVALID;
     }
-    const int32_t count = static_cast<int32_t>(c.split_items.size());
-    const uint64_t base = a->workspace.data + l.split;
-    e = cudaMemcpyAsync(ws<int32_t>(base, sl.count), &count, 4, cudaMemcpyHostToDevice, st);
+    const int32_t count = static_cast<int32_t>(c.chunk_items.size());
+    const uint64_t base = a->workspace.data + l.gdn;
+    e = cudaMemcpyAsync(ws<int32_t>(base, cl.count), &count, 4, cudaMemcpyHostToDevice, st);
     if (e == cudaSuccess && count)
-      e = cudaMemcpyAsync(ws<GdnSplitItem>(base, sl.items), c.split_items.data(), c.split_items.size() * sizeof(GdnSplitItem),
+      e = cudaMemcpyAsync(ws<GdnChunkItem>(base, cl.items), c.chunk_items.data(), c.chunk_items.size() * sizeof(GdnChunkItem),
                           cudaMemcpyHostToDevice, st);
     if (e == cudaSuccess)
-      e = cudaMemcpyAsync(ws<int32_t>(base, sl.chunk_first), c.split_chunk_first.data(), c.split_chunk_first.size() * 4,
+      e = cudaMemcpyAsync(ws<int32_t>(base, cl.chunk_first), c.chunk_first.data(), c.chunk_first.size() * 4,
                           cudaMemcpyHostToDevice, st);
   }
   if (e == cudaSuccess) e = cudaStreamSynchronize(st);
@@ -475,8 +481,8 @@ pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, si
   args.beta = reinterpret_cast<const float*>(a->beta.data);
   args.out = reinterpret_cast<bf16*>(a->out.data);
   const auto st = static_cast<cudaStream_t>(stream);
-  if (split) return from_cuda(launch_gdn_split(st, args, w + l.split), "gdn (split)", msg, msg_len);
-  return from_cuda(chunked ? launch_gdn_chunked(st, args) : launch_gdn(st, args),
+  if (split) return from_cuda(launch_gdn_split(st, args, w + l.gdn), "gdn (split)", msg, msg_len);
+  return from_cuda(chunked ? launch_gdn_chunked(st, args, w + l.gdn) : launch_gdn(st, args),
                    chunked ? "gdn (chunked)" : "gdn (token)", msg, msg_len);
 }
 

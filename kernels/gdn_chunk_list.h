@@ -1,0 +1,35 @@
+// gdn_chunk_list.h: the list of 32-token chunks that the GDN kernels with a
+// per-chunk pass (gdn_chunked.cu's prep, gdn_split.cu) launch over, written into
+// the workspace by prepare (host, untimed) and read back bounded by the kernels.
+// Invariants: sizes come from total_tokens and batch_size only (chunks <=
+// total_tokens / 32 + batch_size), so a graph replay with another batch of the
+// same bucket stays within them; chunk_first[b] is stream b's first chunk index
+// (streams in batch order, chunks in token order), size batch_size + 1.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace pb::kernels {
+
+constexpr int kGdnChunk = 32;  // tokens per chunk, for every chunked GDN kernel
+
+// One chunk of one stream: its stream, first token row, and chunk index.
+struct GdnChunkItem {
+  int32_t stream, t0, chunk, pad;
+};
+
+// Byte offsets, from the start of the list's region: the item count (int32), the
+// items (in `order`, the streams' launch order) and chunk_first.
+struct GdnChunkList {
+  uint64_t count = 0, items = 0, chunk_first = 0, bytes = 0;
+  uint32_t max_chunks = 0;
+};
+GdnChunkList gdn_chunk_list_layout(uint32_t total_tokens, uint32_t batch_size);
+
+// The list for these streams (cu_seqlens_host, size batch + 1), streams in `order`.
+void plan_gdn_chunks(const std::vector<int32_t>& cu_seqlens_host, const std::vector<int32_t>& order,
+                     std::vector<GdnChunkItem>* items, std::vector<int32_t>* chunk_first);
+
+inline uint64_t gdn_round256(uint64_t n) { return (n + 255) & ~uint64_t(255); }
+
+}  // namespace pb::kernels
