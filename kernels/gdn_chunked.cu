@@ -7,10 +7,11 @@
 //   o_i = (e^{G_i} S0 q_i + sum_{j<=i} e^{G_i-G_j} (q_i.k_j) Delta_j) / sqrt(dk),
 //   S = e^{G_last} S0 + sum_j e^{G_last-G_j} Delta_j k_j^T.
 // Two launches:
-//   1. prep, parallel over (chunk, k head): what does not depend on S: the k products
-//      K K^T and Q K^T once per k head (not per v block and v head), then per v head
-//      of the group A, T = (I + A)^-1 (forward substitution on the identity, fp32)
-//      and M = tf32(e^{G_i-G_j} q_i.k_j) (j <= i), to the workspace;
+//   1. prep, parallel over (chunk, k head): what does not depend on S: q's and k's
+//      inverse l2 norms, the k products K K^T and Q K^T once per k head (not per v
+//      block and v head), then per v head of the group A, T = (I + A)^-1 (forward
+//      substitution on the identity, fp32) and M = tf32(e^{G_i-G_j} q_i.k_j) (j <= i),
+//      to the workspace;
 //   2. the walk: a CTA owns one (stream, v head, block of VB rows of S) and walks the
 //      stream's chunks in order: P1 [K;Q] S0^T -> R, e^G S0 q; Delta = T R (3xTF32:
 //      fp32-accurate); P3 o += M Delta; P4 S += (e^{G_last-G} Delta)^T K.
@@ -31,6 +32,7 @@
 #include "kernels/common.cuh"
 #include "kernels/gdn_chunk_list.h"
 #include "kernels/gdn_params.cuh"
+#include "kernels/gdn_solve.cuh"
 #include "kernels/gdn_state_update.cuh"
 #include "kernels/mma_tf32.cuh"
 
@@ -51,14 +53,15 @@ struct ChunkedParams {
   const GdnChunkItem* items;
   const int32_t* chunk_first;
   float* tm;                      // [max_chunks][Hv][T | M] (kTM floats each)
+  float2* nrm;                    // [Hk][total_tokens] inverse l2 norms of q, k
   int max_chunks;
 };
 
-// Normalises 8 q and 8 k values of one token (l2 over the token's QL lanes, eps
-// 1e-6 inside the sqrt) and stores them rounded to tf32. Whole warps call it; the
-// prep and the walk both do, so their K and Q are the same bits.
+// The inverse l2 norms (q, k) of one token (eps 1e-6 inside the sqrt), each of its
+// QL lanes holding 8 of its q and k values. Whole warps call it (the prep; the walk
+// reads the prep's values back, so both use the same bits).
 template <int QL>
-__device__ __forceinline__ void stage_qk8(const uint4& qraw, const uint4& kraw, float* qd, float* kd) {
+__device__ __forceinline__ float2 qk_inv_norms(const uint4& qraw, const uint4& kraw) {
   float qf[8], kf[8];
   unpack8(qraw, qf);
   unpack8(kraw, kf);
@@ -73,13 +76,20 @@ __device__ __forceinline__ void stage_qk8(const uint4& qraw, const uint4& kraw, 
     ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
     ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
   }
-  const float iq = 1.f / sqrtf(ssq + 1e-6f), ik = 1.f / sqrtf(ssk + 1e-6f);
+  return make_float2(1.f / sqrtf(ssq + 1e-6f), 1.f / sqrtf(ssk + 1e-6f));
+}
+
+// 8 q and 8 k values scaled by their inverse norms, rounded to tf32, stored.
+__device__ __forceinline__ void store_qk8(const uint4& qraw, const uint4& kraw, float2 inv, float* qd, float* kd) {
+  float qf[8], kf[8];
+  unpack8(qraw, qf);
+  unpack8(kraw, kf);
 #pragma unroll
   for (int e = 0; e < 8; e += 4) {
-    *reinterpret_cast<float4*>(kd + e) = make_float4(tf32_round(kf[e] * ik), tf32_round(kf[e + 1] * ik),
-                                                     tf32_round(kf[e + 2] * ik), tf32_round(kf[e + 3] * ik));
-    *reinterpret_cast<float4*>(qd + e) = make_float4(tf32_round(qf[e] * iq), tf32_round(qf[e + 1] * iq),
-                                                     tf32_round(qf[e + 2] * iq), tf32_round(qf[e + 3] * iq));
+    *reinterpret_cast<float4*>(kd + e) = make_float4(tf32_round(kf[e] * inv.y), tf32_round(kf[e + 1] * inv.y),
+                                                     tf32_round(kf[e + 2] * inv.y), tf32_round(kf[e + 3] * inv.y));
+    *reinterpret_cast<float4*>(qd + e) = make_float4(tf32_round(qf[e] * inv.x), tf32_round(qf[e + 1] * inv.x),
+                                                     tf32_round(qf[e + 2] * inv.x), tf32_round(qf[e + 3] * inv.x));
   }
 }
 
@@ -131,7 +141,9 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
       qr = *reinterpret_cast<const uint4*>(row + q_off + col);
       kr = *reinterpret_cast<const uint4*>(row + k_off + col);
     }
-    stage_qk8<QL>(qr, kr, Q_s + tt * KS + col, K_s + tt * KS + col);
+    const float2 inv = qk_inv_norms<QL>(qr, kr);
+    store_qk8(qr, kr, inv, Q_s + tt * KS + col, K_s + tt * KS + col);
+    if (idx % QL == 0 && tt < n) s.nrm[static_cast<size_t>(kh) * p.total_tokens + t0 + tt] = inv;
   }
   __syncthreads();
 
@@ -140,9 +152,9 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
 #pragma unroll 4
   for (int kk = 0; kk < KP; kk += 8) {
     uint32_t a_k[4], a_q[4], b[2];
-    load_a_mk(a_k, K_s + 16 * pa * KS + kk, KS, fg, ft);
-    load_a_mk(a_q, Q_s + 16 * pa * KS + kk, KS, fg, ft);
-    load_b_nk(b, K_s + 8 * jt * KS + kk, KS, fg, ft);
+    ldsm_x4(a_k, ldsm_addr(ldsm_a_row(K_s + 16 * pa * KS + kk, KS, lane)));
+    ldsm_x4(a_q, ldsm_addr(ldsm_a_row(Q_s + 16 * pa * KS + kk, KS, lane)));
+    ldsm_x2(b, ldsm_addr(ldsm_b2_row(K_s + 8 * jt * KS + kk, KS, lane)));
     mma_tf32(ak, a_k, b);
     mma_tf32(aq, a_q, b);
   }
@@ -177,15 +189,8 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
     float x[RPT];
 #pragma unroll
     for (int r = 0; r < RPT; ++r) x[r] = sub + TPC * r == col ? 1.f : 0.f;
-#pragma unroll
-    for (int j = 0; j < kC - 1; ++j) {
-      const float xj = __shfl_sync(0xffffffffu, x[j / TPC], (lane & ~(TPC - 1)) | (j % TPC));
-#pragma unroll
-      for (int r = 0; r < RPT; ++r) {
-        const int i = sub + TPC * r;
-        if (i > j) x[r] = fmaf(-A_s[i * kCS + j], xj, x[r]);
-      }
-    }
+    // this warp's first column is warp * 32 / TPC: x_j = 0 above it, so steps before it add nothing
+    forward_substitute<TPC, RPT, kC>(x, A_s, kCS, sub, lane, warp * 32 / TPC);
 #pragma unroll
     for (int r = 0; r < RPT; ++r) T_g[(sub + TPC * r) * kC + col] = x[r];
   }
@@ -208,7 +213,7 @@ struct ChunkSmem {
   static constexpr int E = Bt + kC;           // [C] e^{G_last - G_j}
   static constexpr int Gr = E + kC;           // [C] G_i
   static constexpr int Raw = Gr + kC;         // the next chunk's raw bf16 q | k | v (ChunkRaw)
-  static constexpr int total = Raw + (2 * kC * KP + kC * VB) / 2;
+  static constexpr int total = Raw + (2 * kC * KP + kC * VB) / 2 + 2 * kC;
   static constexpr size_t bytes = sizeof(float) * total;
 };
 
@@ -219,7 +224,7 @@ struct ChunkRaw {
   static constexpr int QL = KP / 8, QN = kC * QL, QU = (QN + kThreads - 1) / kThreads;  // q (and k) pieces
   static constexpr int VL = VB / 8, VN = kC * VL, VU = (VN + kThreads - 1) / kThreads;  // v pieces
   static_assert(QN % 32 == 0 && VN % 32 == 0, "whole warps per staging slot");
-  static constexpr int Q = 0, K = QN, V = 2 * QN;  // in 16-byte pieces
+  static constexpr int Q = 0, K = QN, V = 2 * QN, N = V + VN;  // in 16-byte pieces; N: [C] float2 inverse norms
 };
 
 template <int KP, int VB>
@@ -229,8 +234,12 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
   using Raw = ChunkRaw<KP, VB>;
   using SG = WarpGrid<VB / 16, KP / 8>;  // P4: the state's tiles
   constexpr int KS = L::KS, VS = L::VS, CS = L::CS;
-  constexpr int TN1 = VB / 32;  // P1 / P3: warp (pa, pn) owns token tile pa, v tiles pn..pn+TN1-1
-  static_assert(VB % 32 == 0 && KP % 32 == 0, "tile shapes");
+  // P1, Delta, P3: warp (pa, pn) owns token tile pa, v tiles pn..pn+TN1-1, of both the k
+  // rows (R, Delta) and the q rows (o). At VB 16 (too few tiles for 8 warps) the roles
+  // split: warps 0-3 the k rows, 4-7 the q rows.
+  constexpr bool kRoles = VB == 16;
+  constexpr int TN1 = kRoles ? 1 : VB / 32;
+  static_assert((VB == 16 || VB % 32 == 0) && KP % 32 == 0, "tile shapes");
   extern __shared__ __align__(16) float sm[];
   float* S_s = sm + L::S;
   float* KQ_s = sm + L::KQ;
@@ -300,6 +309,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
       else
         R_s[Raw::V + idx] = zero;
     }
+    if (warp == 0) {  // padded tokens: inverse norms 0
+      float2* nr = reinterpret_cast<float2*>(R_s + Raw::N) + lane;
+      if (lane < n) cp_async8(smem_u32(nr), s.nrm + static_cast<size_t>(kh) * p.total_tokens + c0 + lane);
+      else *nr = make_float2(0.f, 0.f);
+    }
     cp_async_commit();
     if (warp == 0) {  // padded tokens: g = 0, beta = 0 (no effect)
       const bool ok = lane < n;
@@ -330,7 +344,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
     for (int u = 0; u < Raw::QU; ++u) {
       const int idx = tid + kThreads * u, tt = idx / Raw::QL, col = 8 * (idx % Raw::QL);
       if (idx < Raw::QN)  // whole warps
-        stage_qk8<Raw::QL>(R_s[Raw::Q + idx], R_s[Raw::K + idx], &KQ_s[(kC + tt) * KS + col], &KQ_s[tt * KS + col]);
+        store_qk8(R_s[Raw::Q + idx], R_s[Raw::K + idx], reinterpret_cast<const float2*>(R_s + Raw::N)[tt],
+                  &KQ_s[(kC + tt) * KS + col], &KQ_s[tt * KS + col]);
     }
 #pragma unroll
     for (int u = 0; u < Raw::VU; ++u) {
@@ -358,7 +373,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
     // ---- 2. P1: [K; Q] S0^T (m = tokens, n = v rows). Warp (pa, pn): the k rows and
     // the q rows of token tile pa against v tiles pn..; the q part (o) stays in this
     // warp's registers for P3.
-    const int pa = warp >> 2, pn = (warp & 3) * TN1;
+    const int pa = kRoles ? (warp >> 1) & 1 : warp >> 2, pn = kRoles ? warp & 1 : (warp & 3) * TN1;
+    const bool do_r = !kRoles || warp < 4, do_o = !kRoles || warp >= 4;  // warp-uniform
     float o[TN1][4];
     {
       float r[TN1][4];
@@ -366,17 +382,28 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
       for (int ni = 0; ni < TN1; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) r[ni][e] = o[ni][e] = 0.f;
+      // Fragments by ldmatrix (mma_tf32.cuh) at VB 16 / 32; at VB 64 it cost registers
+      // (a 4-byte spill) and time on the mixed batch (PERF-NOTES "gdn v5"), so LDS there.
+      constexpr bool kLdsm = VB < 64;
+      const uint32_t a_row = ldsm_addr(ldsm_a_row(KQ_s + 16 * pa * KS, KS, lane));
+      const uint32_t b_row = ldsm_addr(ldsm_b2_row(S_s + 8 * pn * KS, KS, lane));
 #pragma unroll 4
       for (int kk = 0; kk < KP; kk += 8) {
         uint32_t ak[4], aq[4];
-        load_a_mk(ak, KQ_s + 16 * pa * KS + kk, KS, fg, ft);
-        load_a_mk(aq, KQ_s + (kC + 16 * pa) * KS + kk, KS, fg, ft);
+        if constexpr (kLdsm) {
+          if (do_r) ldsm_x4(ak, a_row + 4 * kk);
+          if (do_o) ldsm_x4(aq, a_row + 4 * (kC * KS + kk));
+        } else {
+          if (do_r) load_a_mk(ak, KQ_s + 16 * pa * KS + kk, KS, fg, ft);
+          if (do_o) load_a_mk(aq, KQ_s + (kC + 16 * pa) * KS + kk, KS, fg, ft);
+        }
 #pragma unroll
         for (int ni = 0; ni < TN1; ++ni) {
           uint32_t bs[2];
-          load_b_nk(bs, S_s + 8 * (pn + ni) * KS + kk, KS, fg, ft);
-          mma_tf32(r[ni], ak, bs);
-          mma_tf32(o[ni], aq, bs);
+          if constexpr (kLdsm) ldsm_x2(bs, b_row + 4 * (ni * 8 * KS + kk));
+          else load_b_nk(bs, S_s + 8 * (pn + ni) * KS + kk, KS, fg, ft);
+          if (do_r) mma_tf32(r[ni], ak, bs);
+          if (do_o) mma_tf32(o[ni], aq, bs);
         }
       }
       // R = beta (v - e^G S0 k) over v in D_s; o = e^G S0 q
@@ -386,8 +413,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
         for (int e = 0; e < 4; ++e) {
           const int i = 16 * pa + fg + 8 * (e >> 1), v = 8 * (pn + ni) + 2 * ft + (e & 1);
           const float gm = Gm_s[i];
-          D_s[i * VS + v] = Bt_s[i] * (D_s[i * VS + v] - gm * r[ni][e]);
-          o[ni][e] *= gm;
+          if (do_r) D_s[i * VS + v] = Bt_s[i] * (D_s[i * VS + v] - gm * r[ni][e]);
+          if (do_o) o[ni][e] *= gm;
         }
     }
     cp_async_wait<1>();  // this chunk's T, M (the next chunk's raw copy may still be in flight)
@@ -403,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
         for (int e = 0; e < 4; ++e) d[ni][e] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < kC; kk += 8) {
-        if (kk >= 16 * (pa + 1)) break;  // above the diagonal: T is zero there
+        if (!do_r || kk >= 16 * (pa + 1)) break;  // above the diagonal: T is zero there
         const float* X = T_s + 16 * pa * CS + kk;
         const float ta[4] = {X[fg * CS + ft], X[(fg + 8) * CS + ft], X[fg * CS + ft + 4], X[(fg + 8) * CS + ft + 4]};
         uint32_t ahi[4], alo[4];
@@ -428,20 +455,22 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
         }
       }
       __syncthreads();  // every read of R done
+      if (do_r) {
 #pragma unroll
-      for (int ni = 0; ni < TN1; ++ni)
+        for (int ni = 0; ni < TN1; ++ni)
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int i = 16 * pa + fg + 8 * hr, v = 8 * (pn + ni) + 2 * ft;
-          *reinterpret_cast<float2*>(&D_s[i * VS + v]) = make_float2(d[ni][2 * hr], d[ni][2 * hr + 1]);
-        }
+          for (int hr = 0; hr < 2; ++hr) {
+            const int i = 16 * pa + fg + 8 * hr, v = 8 * (pn + ni) + 2 * ft;
+            *reinterpret_cast<float2*>(&D_s[i * VS + v]) = make_float2(d[ni][2 * hr], d[ni][2 * hr + 1]);
+          }
+      }
     }
     __syncthreads();  // Delta complete in D_s
 
     // ---- 4a. P3: o += (masked q.k) Delta (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15)
 #pragma unroll
     for (int kk = 0; kk < kC; kk += 8) {
-      if (kk >= 16 * (pa + 1)) break;  // above the diagonal: M is zero there
+      if (!do_o || kk >= 16 * (pa + 1)) break;  // above the diagonal: M is zero there
       uint32_t a[4];
       load_a_mk(a, M_s + 16 * pa * CS + kk, CS, fg, ft);
 #pragma unroll
@@ -456,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int i = 16 * pa + fg + 8 * hr, v = 8 * (pn + ni) + 2 * ft;
-        if (i < n && v < vn)
+        if (do_o && i < n && v < vn)
           *reinterpret_cast<uint32_t*>(p.out + static_cast<size_t>(t0 + i) * out_stride +
                                        static_cast<size_t>(h) * p.v_dim + v0 + v) =
               pack2(o[ni][2 * hr] * p.inv_sqrt_dk, o[ni][2 * hr + 1] * p.inv_sqrt_dk);
@@ -487,10 +516,12 @@ cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
   return cudaGetLastError();
 }
 
-// The prep over (chunk, k head), then the walk with v blocks of 64 rows, or of 32
-// when 64-row CTAs would not fill the GPU's two resident CTAs per SM (then the
-// chain of chunks, not the throughput, sets the time, and a 32-row CTA walks each
-// chunk faster).
+// The prep over (chunk, k head), then the walk with v blocks of 64 rows when their
+// CTAs fill the GPU's two resident CTAs per SM; else 32 (then the chain of chunks,
+// not the throughput, sets the time, and a narrower CTA walks each chunk faster);
+// 16 while 16-row CTAs still find an SM each (past that, a narrower block only adds
+// per-CTA cost: 4 / 8 heads d64, 8 x 2048, ran slower at 16 than at 32). The block
+// width changes no sum's order.
 template <int KP>
 cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s) {
   using PL = PrepSmem<KP>;
@@ -503,9 +534,11 @@ cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s) {
   const GdnParams& p = s.p;
   gdn_chunked_prep<KP><<<dim3(s.max_chunks, p.num_k_heads), kThreads, PL::bytes, stream>>>(s);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  const long long ctas64 = static_cast<long long>(p.batch_size) * p.num_v_heads * ((p.v_dim + 63) / 64);
-  if (p.v_dim <= 32 || ctas64 < 2LL * detail::sm_count()) return launch_walk<KP, 32>(stream, s);
-  return launch_walk<KP, 64>(stream, s);
+  const long long heads = static_cast<long long>(p.batch_size) * p.num_v_heads, fill = 2LL * detail::sm_count();
+  if (p.v_dim > 32 && heads * ((p.v_dim + 63) / 64) >= fill) return launch_walk<KP, 64>(stream, s);
+  // (16 rows need k_dim > 32: 16 x 32 is four state tiles for eight warps)
+  if (KP == 32 || (p.v_dim > 16 && heads * ((p.v_dim + 15) / 16) > detail::sm_count())) return launch_walk<KP, 32>(stream, s);
+  return launch_walk<KP, KP == 32 ? 32 : 16>(stream, s);
 }
 
 }  // namespace
@@ -514,7 +547,8 @@ GdnChunkedLayout gdn_chunked_layout(const LayerShape& shape, uint32_t total_toke
   GdnChunkedLayout l;
   l.list = gdn_chunk_list_layout(total_tokens, batch_size);
   l.tm = l.list.bytes;
-  l.bytes = l.tm + gdn_round256(uint64_t(l.list.max_chunks) * shape.num_v_heads * kTM * sizeof(float));
+  l.nrm = l.tm + gdn_round256(uint64_t(l.list.max_chunks) * shape.num_v_heads * kTM * sizeof(float));
+  l.bytes = l.nrm + gdn_round256(uint64_t(shape.num_k_heads) * total_tokens * sizeof(float2));
   return l;
 }
 
@@ -537,6 +571,7 @@ cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_
   s.items = reinterpret_cast<const GdnChunkItem*>(scratch + l.list.items);
   s.chunk_first = reinterpret_cast<const int32_t*>(scratch + l.list.chunk_first);
   s.tm = reinterpret_cast<float*>(scratch + l.tm);
+  s.nrm = reinterpret_cast<float2*>(scratch + l.nrm);
   s.max_chunks = static_cast<int>(l.list.max_chunks);
   if (shape.k_dim <= 32) return launch_k<32>(stream, s);
   if (shape.k_dim <= 64) return launch_k<64>(stream, s);

@@ -22,10 +22,11 @@ namespace pb::kernels {
 
 // Byte offsets of the kernel's scratch inside a workspace region starting at 0: the
 // chunk list (gdn_chunk_list.h), then the prep's T = (I + A)^-1 and masked q.k per
-// (chunk, v head), 8 KB each. Sizes from the scalars only.
+// (chunk, v head), 8 KB each, and q's and k's inverse l2 norms per (k head, token).
+// Sizes from the scalars only.
 struct GdnChunkedLayout {
   GdnChunkList list;
-  uint64_t tm = 0, bytes = 0;
+  uint64_t tm = 0, nrm = 0, bytes = 0;
 };
 GdnChunkedLayout gdn_chunked_layout(const LayerShape& shape, uint32_t total_tokens, uint32_t batch_size);
 

@@ -23,6 +23,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_params.cuh"
+#include "kernels/gdn_solve.cuh"
 #include "kernels/gdn_state_update.cuh"
 #include "kernels/mma_tf32.cuh"
 
@@ -180,15 +181,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_prep(SplitParams s) {
       }
       x[r] = b;
     }
-#pragma unroll
-    for (int j = 0; j < kC - 1; ++j) {
-      const float xj = __shfl_sync(0xffffffffu, x[j / kTpc], (lane & ~(kTpc - 1)) | (j % kTpc));
-#pragma unroll
-      for (int r = 0; r < kRpt; ++r) {
-        const int i = sub + kTpc * r;
-        if (i > j) x[r] = fmaf(-A_s[i * kCS + j], xj, x[r]);
-      }
-    }
+    forward_substitute<kTpc, kRpt, kC>(x, A_s, kCS, sub, lane);
 #pragma unroll
     for (int r = 0; r < kRpt; ++r) {
       const int i = sub + kTpc * r;
@@ -482,7 +475,7 @@ cudaError_t launch_scan(cudaStream_t stream, unsigned grid, const SplitParams& s
 
 GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, uint32_t batch_size) {
   GdnSplitLayout l;
-  const uint64_t T = total_tokens, N = batch_size, Hv = shape.num_v_heads, Hk = shape.num_k_heads;
+  const uint64_t T = total_tokens, Hv = shape.num_v_heads, Hk = shape.num_k_heads;
   const uint64_t dk = shape.k_dim, dv = shape.v_dim;
   l.list = gdn_chunk_list_layout(total_tokens, batch_size);
   l.G = l.list.bytes;

@@ -40,6 +40,30 @@ __device__ __forceinline__ void load_b_kn(uint32_t (&b)[2], const float* X, int 
   b[1] = __float_as_uint(X[(t + 4) * s + g]);
 }
 
+// The same fragments by ldmatrix (one instruction for four 8 x 4 tf32 pieces: an
+// 8 x 8 b16 matrix is 8 rows of 16 bytes). `row` is this lane's row address: for an A
+// fragment at X (stride s), X + (lane % 16) * s + 4 * (lane / 16); for two B fragments
+// ([n][k], n tiles X and X + 8 s), X + ((lane % 8) + 8 * (lane / 16)) * s + 4 * ((lane / 8) % 2).
+// Rows must be 16-byte aligned; ldsm_* take the shared-memory address (ldsm_addr).
+// Gives the registers load_a_mk / load_b_nk would.
+__device__ __forceinline__ uint32_t ldsm_addr(const float* row) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(row));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t a) {  // one B fragment (lanes 0-15)
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+}
+__device__ __forceinline__ const float* ldsm_a_row(const float* X, int s, int lane) {
+  return X + (lane % 16) * s + 4 * (lane / 16);
+}
+__device__ __forceinline__ const float* ldsm_b2_row(const float* X, int s, int lane) {
+  return X + ((lane % 8) + 8 * (lane / 16)) * s + 4 * ((lane / 8) % 2);
+}
+
 // How W warps tile an MT x NT grid of 16 x 8 tiles: WM x WN warps of TM x TN
 // tiles each (TM preferred 2: A fragments reused across TN, B across TM).
 constexpr int warp_grid_tm(int mt, int nt, int warps) {
