@@ -236,7 +236,9 @@ int main(int argc, char** argv) {
       if (!junit_path.empty()) pb::check_output_file(junit_path, "--junit");
       opt.inject = parse_faults(inject);
       opt.progress = true;
-      const std::vector<pb::Scenario> scenarios = load_all(files, limit_flags.limits(opt.backend, opt.ref_sample));
+      pb::ResourceLimits limits = limit_flags.limits(opt.backend, opt.ref_sample);
+      limits.reference = !opt.profile;  // --profile computes no reference
+      const std::vector<pb::Scenario> scenarios = load_all(files, limits);
       pb::validate_kernels(opt);
       const pb::SuiteResult suite = pb::run_suite(scenarios, opt);
       const std::vector<pb::RunResult>& results = suite.runs;

@@ -224,7 +224,7 @@ void check_resources(const Scenario& s, const ResourceEstimate& e, const Resourc
                                           raise));
   }
   const double ref_max = lim.max_ref_flops ? *lim.max_ref_flops : kDefaultRefFlops;
-  if (e.ref_flops() > ref_max) {
+  if (lim.reference && e.ref_flops() > ref_max) {
     const EstimateItem* big = largest({&e.work});
     throw s.error(big->field,
                   fmt::format("the reference would take an estimated {:.0f} GFLOP ({}), more than the {:.0f} GFLOP "

@@ -37,6 +37,7 @@ struct ResourceLimits {
   std::optional<double> max_ref_flops;     // unset: kDefaultRefFlops
   std::string backend = "auto";            // "host" or "auto": device buffers count as host memory
   std::optional<int> ref_sample;           // the run's --ref-sample, when given
+  bool reference = true;                   // false: no reference runs (run --profile), so its work is not limited
 };
 
 // Device memory assumed when no device reports its own (the smallest common accelerator).

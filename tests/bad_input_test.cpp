@@ -310,6 +310,27 @@ TEST_F(BadInput, EveryRowIsRefusedBeforeAnythingRuns) {
   EXPECT_FALSE(fs::exists(dir_ + "/sweep-scale/sweep.json"));
 }
 
+// --profile computes no reference, so the reference-work ceiling does not refuse it (a
+// profile of a shape too large to check, under ncu, is what it is for); the same run
+// with the checks is refused (row ref_ceiling_flag above).
+TEST_F(BadInput, ProfileIsNotHeldToTheReferenceCeiling) {
+  const std::string file = dir_ + "/profile.yaml";
+  std::ofstream(file) << kGood;
+  std::string out;
+  EXPECT_EQ(test::run_command(fmt::format("'{}' run '{}' --backend host --no-color --profile --max-ref-gflop 0.000001",
+                                          PB_CLI_PATH, file),
+                              &out),
+            0)
+      << out;
+  EXPECT_EQ(out.find("the reference would take"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(test::run_command(fmt::format("'{}' run '{}' --backend host --no-color --max-ref-gflop 0.000001",
+                                          PB_CLI_PATH, file),
+                              &out),
+            2)
+      << out;
+}
+
 // The rows' base file is good: the refusals above come from the edits, not from it.
 TEST_F(BadInput, TheBaseScenarioAndGoodFlagsPass) {
   const std::string file = dir_ + "/good.yaml";
