@@ -30,6 +30,19 @@ GdnChunkList gdn_chunk_list_layout(uint32_t total_tokens, uint32_t batch_size);
 void plan_gdn_chunks(const std::vector<int32_t>& cu_seqlens_host, const std::vector<int32_t>& order,
                      std::vector<GdnChunkItem>* items, std::vector<int32_t>* chunk_first);
 
+// The list as the kernels read it: device pointers into the workspace region at
+// `scratch`, and the capacity every index read back is bounded by.
+struct GdnChunkListView {
+  const int32_t* count;
+  const GdnChunkItem* items;
+  const int32_t* chunk_first;
+  int max_chunks;
+};
+inline GdnChunkListView gdn_chunk_list_view(uint64_t scratch, const GdnChunkList& l) {
+  return {reinterpret_cast<const int32_t*>(scratch + l.count), reinterpret_cast<const GdnChunkItem*>(scratch + l.items),
+          reinterpret_cast<const int32_t*>(scratch + l.chunk_first), static_cast<int>(l.max_chunks)};
+}
+
 inline uint64_t gdn_round256(uint64_t n) { return (n + 255) & ~uint64_t(255); }
 
 }  // namespace pb::kernels

@@ -49,12 +49,9 @@ constexpr int kTM = 2 * kC * kC;  // floats of one (chunk, v head)'s T then M in
 
 struct ChunkedParams {
   GdnParams p;
-  const int32_t* count;           // the chunk list (gdn_chunk_list.h)
-  const GdnChunkItem* items;
-  const int32_t* chunk_first;
+  GdnChunkListView list;          // the chunk list (gdn_chunk_list.h)
   float* tm;                      // [max_chunks][Hv][T | M] (kTM floats each)
   float2* nrm;                    // [Hk][total_tokens] inverse l2 norms of q, k
-  int max_chunks;
 };
 
 // The inverse l2 norms (q, k) of one token (eps 1e-6 inside the sqrt), each of its
@@ -121,9 +118,9 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
   static_assert(QN % 32 == 0, "whole warps per staging slot");
   const GdnParams& p = s.p;
   const int item = blockIdx.x, kh = blockIdx.y;
-  if (item >= *s.count || item >= s.max_chunks) return;
-  const GdnChunkItem it = s.items[item];
-  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.max_chunks) return;
+  if (item >= *s.list.count || item >= s.list.max_chunks) return;
+  const GdnChunkItem it = s.list.items[item];
+  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.list.max_chunks) return;
   const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
   const int t0 = it.t0, n = min(kC, sr.end - t0);
   if (t0 < sr.begin || n <= 0) return;
@@ -265,8 +262,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
   const int kh = h / (p.num_v_heads / p.num_k_heads);
   const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
   // this stream's chunks in the prep's T | M (bounded: a bad chunk_first reads nothing)
-  const int c_first = s.chunk_first[b];
-  if (c_first < 0 || c_first + (sr.end - sr.begin + kC - 1) / kC > s.max_chunks) return;
+  const int c_first = s.list.chunk_first[b];
+  if (c_first < 0 || c_first + (sr.end - sr.begin + kC - 1) / kC > s.list.max_chunks) return;
   const int v0 = vb * VB;
   const int vn = min(VB, p.v_dim - v0);  // a multiple of 8
   float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
@@ -532,7 +529,7 @@ cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s) {
     configured = true;
   }
   const GdnParams& p = s.p;
-  gdn_chunked_prep<KP><<<dim3(s.max_chunks, p.num_k_heads), kThreads, PL::bytes, stream>>>(s);
+  gdn_chunked_prep<KP><<<dim3(s.list.max_chunks, p.num_k_heads), kThreads, PL::bytes, stream>>>(s);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const long long heads = static_cast<long long>(p.batch_size) * p.num_v_heads, fill = 2LL * detail::sm_count();
   if (p.v_dim > 32 && heads * ((p.v_dim + 63) / 64) >= fill) return launch_walk<KP, 64>(stream, s);
@@ -567,12 +564,9 @@ cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_
   if (l.list.max_chunks > 0x7fffffffu) return cudaErrorInvalidValue;
   ChunkedParams s;
   s.p = gdn_params(args);
-  s.count = reinterpret_cast<const int32_t*>(scratch + l.list.count);
-  s.items = reinterpret_cast<const GdnChunkItem*>(scratch + l.list.items);
-  s.chunk_first = reinterpret_cast<const int32_t*>(scratch + l.list.chunk_first);
+  s.list = gdn_chunk_list_view(scratch, l.list);
   s.tm = reinterpret_cast<float*>(scratch + l.tm);
   s.nrm = reinterpret_cast<float2*>(scratch + l.nrm);
-  s.max_chunks = static_cast<int>(l.list.max_chunks);
   if (shape.k_dim <= 32) return launch_k<32>(stream, s);
   if (shape.k_dim <= 64) return launch_k<64>(stream, s);
   return launch_k<128>(stream, s);

@@ -59,11 +59,8 @@ __device__ __forceinline__ void chunk_xyt(float (&acc)[4], const float* X, const
 
 struct SplitParams {
   GdnParams p;
-  const int32_t* count;
-  const GdnChunkItem* items;
-  const int32_t* chunk_first;
+  GdnChunkListView list;  // the chunk list (gdn_chunk_list.h)
   float *G, *W, *U, *Kn, *Qn, *P;  // P: q_i tf32(S_c)^T per token, v head and v row
-  int max_chunks;  // the work list's capacity
 };
 
 // Warp 0: the chunk's g scan (lane = token; padded tokens g = 0, beta = 0).
@@ -91,9 +88,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_prep(SplitParams s) {
   using namespace detail;
   const GdnParams& p = s.p;
   const int item = blockIdx.x, h = blockIdx.y;
-  if (item >= *s.count) return;
-  const GdnChunkItem it = s.items[item];
-  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.max_chunks) return;
+  if (item >= *s.list.count) return;
+  const GdnChunkItem it = s.list.items[item];
+  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.list.max_chunks) return;
   const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
   const int t0 = it.t0, n = min(kC, sr.end - t0);
   if (t0 < sr.begin || n <= 0) return;
@@ -375,9 +372,9 @@ __global__ void __launch_bounds__(kThreads) gdn_split_out(SplitParams s) {
   using namespace detail;
   const GdnParams& p = s.p;
   const int item = blockIdx.x, h = blockIdx.y;
-  if (item >= *s.count) return;
-  const GdnChunkItem it = s.items[item];
-  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.max_chunks) return;
+  if (item >= *s.list.count) return;
+  const GdnChunkItem it = s.list.items[item];
+  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.list.max_chunks) return;
   const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
   const int t0 = it.t0, n = min(kC, sr.end - t0);
   if (t0 < sr.begin || n <= 0) return;
@@ -501,9 +498,7 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   const GdnSplitLayout l = gdn_split_layout(shape, args.total_tokens, args.batch_size);
   SplitParams s;
   s.p = gdn_params(args);
-  s.count = reinterpret_cast<const int32_t*>(scratch + l.list.count);
-  s.items = reinterpret_cast<const GdnChunkItem*>(scratch + l.list.items);
-  s.chunk_first = reinterpret_cast<const int32_t*>(scratch + l.list.chunk_first);
+  s.list = gdn_chunk_list_view(scratch, l.list);
   s.G = reinterpret_cast<float*>(scratch + l.G);
   s.W = reinterpret_cast<float*>(scratch + l.W);
   s.U = reinterpret_cast<float*>(scratch + l.U);
@@ -517,7 +512,6 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   const int kp = shape.k_dim <= 32 ? 32 : shape.k_dim <= 64 ? 64 : 128;
   const bool wide = kp == 32 || heads * ((shape.v_dim + 31) / 32) >= 2LL * detail::sm_count();
   const int vb = wide ? 32 : 16;
-  s.max_chunks = static_cast<int>(l.list.max_chunks);
   s.p.blocks = (shape.v_dim + vb - 1) / vb;
   const size_t b1 = prep_smem(shape.k_dim), b3 = out_smem(shape.k_dim);
   static bool configured = false;  // once, at the largest sizes (k_dim 128)
