@@ -32,7 +32,7 @@
 #include "kernels/common.cuh"
 #include "kernels/gdn_chunk_list.h"
 #include "kernels/gdn_params.cuh"
-#include "kernels/gdn_solve.cuh"
+#include "kernels/gdn_chunk_math.cuh"
 #include "kernels/gdn_state_update.cuh"
 #include "kernels/mma_tf32.cuh"
 
@@ -88,17 +88,6 @@ __device__ __forceinline__ void store_qk8(const uint4& qraw, const uint4& kraw, 
     *reinterpret_cast<float4*>(qd + e) = make_float4(tf32_round(qf[e] * inv.x), tf32_round(qf[e + 1] * inv.x),
                                                      tf32_round(qf[e + 2] * inv.x), tf32_round(qf[e + 3] * inv.x));
   }
-}
-
-// Warp 0: the chunk's g scan (lane = token; padded tokens g = 0): G_i.
-__device__ __forceinline__ float g_scan(float g) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const float y = __shfl_up_sync(0xffffffffu, g, off);
-    if (lane >= off) g += y;
-  }
-  return g;
 }
 
 // ---- 1. prep: one CTA per (chunk, k head). Shared: K, Q [C][KS] tf32; A [C][CS].
@@ -160,12 +149,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
   constexpr int TPC = kThreads / kC, RPT = kC / TPC;  // the substitution: a column of T per TPC lanes
   const int col = tid / TPC, sub = tid % TPC;
   for (int h = kh * group; h < (kh + 1) * group; ++h) {
-    if (warp == 0) {  // padded tokens: g = 0, beta = 0 (no effect)
-      const bool ok = lane < n;
-      const size_t gi = static_cast<size_t>(t0 + (ok ? lane : 0)) * p.num_v_heads + h;
-      G_s[lane] = g_scan(ok ? p.g[gi] : 0.f);
-      B_s[lane] = ok ? p.beta[gi] : 0.f;
-    }
+    load_chunk_gates(p.g, p.beta, p.num_v_heads, t0, n, h, G_s, B_s);
     __syncthreads();  // G, beta visible; the previous head's reads of A_s done
     float* T_g = s.tm + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kTM;
     float* M_g = T_g + kC * kC;
@@ -199,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
 // is 8 (mod 32), for fragments read down a column ([k][n] B, [k][m] A).
 template <int KP, int VB>
 struct ChunkSmem {
-  static constexpr int KS = KP + 4, VS = VB + 8, CS = kC + 4;
+  static constexpr int KS = KP + 4, VS = VB + 8, CS = kCS;
   static constexpr int S = 0;                 // [VB][KS] S0, tf32 (the fp32 master is in registers)
   static constexpr int KQ = S + VB * KS;      // [2C][KS] rows 0..C-1 normalised k, C..2C-1 q (tf32)
   static constexpr int D = KQ + 2 * kC * KS;  // [C][VS] v, then R, then Delta (fp32)

@@ -23,7 +23,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_params.cuh"
-#include "kernels/gdn_solve.cuh"
+#include "kernels/gdn_chunk_math.cuh"
 #include "kernels/gdn_state_update.cuh"
 #include "kernels/mma_tf32.cuh"
 
@@ -62,22 +62,6 @@ struct SplitParams {
   GdnChunkListView list;  // the chunk list (gdn_chunk_list.h)
   float *G, *W, *U, *Kn, *Qn, *P;  // P: q_i tf32(S_c)^T per token, v head and v row
 };
-
-// Warp 0: the chunk's g scan (lane = token; padded tokens g = 0, beta = 0).
-__device__ __forceinline__ void load_gates(const SplitParams& s, int t0, int n, int h, float* G_s, float* B_s) {
-  const int lane = threadIdx.x & 31;
-  if (threadIdx.x >= 32) return;
-  const bool ok = lane < n;
-  const size_t gi = static_cast<size_t>(t0 + (ok ? lane : 0)) * s.p.num_v_heads + h;
-  float G = ok ? s.p.g[gi] : 0.f;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const float y = __shfl_up_sync(0xffffffffu, G, off);
-    if (lane >= off) G += y;
-  }
-  G_s[lane] = G;
-  if (B_s) B_s[lane] = ok ? s.p.beta[gi] : 0.f;
-}
 
 // ---- 1. prep: per (chunk, v head). Shared: K, Q [C][KS] tf32, A [C][CS], G, beta.
 // A on tf32 mma.sync (warp w: the 16 x 8 tile (w / 4, w % 4)); the substitution in
@@ -134,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_prep(SplitParams s) {
       }
     }
   }
-  load_gates(s, t0, n, h, G_s, B_s);
+  load_chunk_gates(s.p.g, s.p.beta, s.p.num_v_heads, t0, n, h, G_s, B_s);
   __syncthreads();
   if (tid < n) s.G[static_cast<size_t>(t0 + tid) * p.num_v_heads + h] = G_s[tid];
 

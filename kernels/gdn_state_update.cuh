@@ -12,41 +12,41 @@
 
 namespace pb::kernels::detail {
 
-// Sr <- the block [v0, v0 + vn) x [0, dk) of S_g ([v_dim][dk] fp32; zero past vn or dk),
-// and its tf32 copy into S_s [v][ss].
-template <int TM, int TN>
-__device__ __forceinline__ void gdn_state_load(float (&Sr)[TM][TN][4], const float* S_g, int v0, int vn, int dk,
-                                               float* S_s, int ss, int sm0, int sn0, int fg, int ft) {
+// f(mi, ni, hr, v, c) for each row half of this warp's state tiles: the accumulator
+// pair Sr[mi][ni][2 hr], [2 hr + 1] is the state at row v, columns c and c + 1.
+template <int TM, int TN, class F>
+__device__ __forceinline__ void for_state_pairs(int sm0, int sn0, int fg, int ft, F&& f) {
 #pragma unroll
   for (int mi = 0; mi < TM; ++mi)
 #pragma unroll
     for (int ni = 0; ni < TN; ++ni)
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
-        float2 x = make_float2(0.f, 0.f);
-        if (v < vn && c < dk) x = *reinterpret_cast<const float2*>(S_g + static_cast<size_t>(v0 + v) * dk + c);
-        Sr[mi][ni][2 * hr] = x.x;
-        Sr[mi][ni][2 * hr + 1] = x.y;
-        *reinterpret_cast<float2*>(&S_s[v * ss + c]) = make_float2(tf32_round(x.x), tf32_round(x.y));
-      }
+      for (int hr = 0; hr < 2; ++hr) f(mi, ni, hr, 16 * (sm0 + mi) + fg + 8 * hr, 8 * (sn0 + ni) + 2 * ft);
+}
+
+// Sr <- the block [v0, v0 + vn) x [0, dk) of S_g ([v_dim][dk] fp32; zero past vn or dk),
+// and its tf32 copy into S_s [v][ss].
+template <int TM, int TN>
+__device__ __forceinline__ void gdn_state_load(float (&Sr)[TM][TN][4], const float* S_g, int v0, int vn, int dk,
+                                               float* S_s, int ss, int sm0, int sn0, int fg, int ft) {
+  for_state_pairs<TM, TN>(sm0, sn0, fg, ft, [&](int mi, int ni, int hr, int v, int c) {
+    float2 x = make_float2(0.f, 0.f);
+    if (v < vn && c < dk) x = *reinterpret_cast<const float2*>(S_g + static_cast<size_t>(v0 + v) * dk + c);
+    Sr[mi][ni][2 * hr] = x.x;
+    Sr[mi][ni][2 * hr + 1] = x.y;
+    *reinterpret_cast<float2*>(&S_s[v * ss + c]) = make_float2(tf32_round(x.x), tf32_round(x.y));
+  });
 }
 
 // The block back into S_g (rows past vn, columns past dk untouched).
 template <int TM, int TN>
 __device__ __forceinline__ void gdn_state_store(const float (&Sr)[TM][TN][4], float* S_g, int v0, int vn, int dk,
                                                 int sm0, int sn0, int fg, int ft) {
-#pragma unroll
-  for (int mi = 0; mi < TM; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < TN; ++ni)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
-        if (v < vn && c < dk)
-          *reinterpret_cast<float2*>(S_g + static_cast<size_t>(v0 + v) * dk + c) =
-              make_float2(Sr[mi][ni][2 * hr], Sr[mi][ni][2 * hr + 1]);
-      }
+  for_state_pairs<TM, TN>(sm0, sn0, fg, ft, [&](int mi, int ni, int hr, int v, int c) {
+    if (v < vn && c < dk)
+      *reinterpret_cast<float2*>(S_g + static_cast<size_t>(v0 + v) * dk + c) =
+          make_float2(Sr[mi][ni][2 * hr], Sr[mi][ni][2 * hr + 1]);
+  });
 }
 
 template <int TM, int TN, int kC>
@@ -81,16 +81,10 @@ __device__ __forceinline__ void gdn_state_update(float (&Sr)[TM][TN][4], float g
       for (int mi = 0; mi < TM; ++mi) mma_tf32(Sr[mi][ni], a[mi], bk);
     }
   }
-#pragma unroll
-  for (int mi = 0; mi < TM; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < TN; ++ni)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int v = 16 * (sm0 + mi) + fg + 8 * hr, c = 8 * (sn0 + ni) + 2 * ft;
-        *reinterpret_cast<float2*>(&S_s[v * ss + c]) =
-            make_float2(tf32_round(Sr[mi][ni][2 * hr]), tf32_round(Sr[mi][ni][2 * hr + 1]));
-      }
+  for_state_pairs<TM, TN>(sm0, sn0, fg, ft, [&](int mi, int ni, int hr, int v, int c) {
+    *reinterpret_cast<float2*>(&S_s[v * ss + c]) =
+        make_float2(tf32_round(Sr[mi][ni][2 * hr]), tf32_round(Sr[mi][ni][2 * hr + 1]));
+  });
 }
 
 }  // namespace pb::kernels::detail
