@@ -238,8 +238,9 @@ int main(int argc, char** argv) {
       opt.progress = true;
       pb::ResourceLimits limits = limit_flags.limits(opt.backend, opt.ref_sample);
       limits.reference = !opt.profile;  // --profile computes no reference
+      limits.graph = opt.graph;
       const std::vector<pb::Scenario> scenarios = load_all(files, limits);
-      pb::validate_kernels(opt);
+      pb::validate_kernels(opt, scenarios, limits);
       const pb::SuiteResult suite = pb::run_suite(scenarios, opt);
       const std::vector<pb::RunResult>& results = suite.runs;
       const int stop_code = suite.stop_code;
@@ -271,6 +272,7 @@ int main(int argc, char** argv) {
       sw.run.inject = parse_faults(inject);
       sw.run.progress = true;
       sw.limits = limit_flags.limits(sw.run.backend, sw.run.ref_sample);
+      sw.limits.graph = sw.run.graph;
       std::error_code ec;
       sw.tool = std::filesystem::read_symlink("/proc/self/exe", ec).string();
       if (ec) sw.tool = std::filesystem::absolute(argv[0]).string();

@@ -97,7 +97,16 @@ std::string ResourceEstimate::summary() const {
                      human_bytes(host_bytes()), human_bytes(device_bytes()), ref_flops() / 1e9);
 }
 
-ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamSpec>& streams, int ref_sample) {
+uint64_t planned_num_blocks(const Scenario& s, const std::vector<StreamSpec>& streams) {
+  if (s.kv_num_blocks) return uint64_t(s.kv_num_blocks);
+  const uint64_t bs = uint64_t(std::max(1, s.model.block_size));
+  uint64_t blocks = 0;
+  for (const StreamSpec& st : streams) blocks += (uint64_t(st.chunk_start) + uint64_t(st.tokens) + bs - 1) / bs;
+  return blocks + std::max<uint64_t>(4, blocks / 4) + 1;
+}
+
+ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamSpec>& streams, int ref_sample,
+                                    bool graph) {
   const Sizer z(s);
   const ModelSpec& m = s.model;
   const uint64_t N = streams.size();
@@ -166,6 +175,7 @@ ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamS
                       double(G) * 2 * 4.0 * double(T) * g.num_v_heads * g.k_dim * g.v_dim});
   }
   e.host.push_back({"generated inputs of every layer", "streams", host_inputs});
+  if (graph) e.host.push_back({"--graph: the bucket's second batch (its generated inputs)", "streams", host_inputs});
   if (N >= 2 && (s.checks.empty() || std::count(s.checks.begin(), s.checks.end(), kCheckInvariance)))
     e.host.push_back({"invariance check (a sub-batch's inputs, every layer's co-batched outputs)", "streams",
                       host_inputs + cobatched});

@@ -38,6 +38,7 @@ struct ResourceLimits {
   std::string backend = "auto";            // "host" or "auto": device buffers count as host memory
   std::optional<int> ref_sample;           // the run's --ref-sample, when given
   bool reference = true;                   // false: no reference runs (run --profile), so its work is not limited
+  bool graph = false;                      // run --graph: the bucket's second batch is generated and held too
 };
 
 // Device memory assumed when no device reports its own (the smallest common accelerator).
@@ -46,8 +47,14 @@ constexpr double kDefaultDeviceBytes = 16.0 * (1ull << 30);
 constexpr double kDefaultRefFlops = 1000e9;
 
 // Throws a located InputError when a derived size overflows 64 bits or an i32 index.
+// graph: run --graph, which also generates and holds the bucket's second batch.
 ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamSpec>& streams,
-                                    int ref_sample);
+                                    int ref_sample, bool graph = false);
+
+// The KV cache's physical block count for these streams: kv_cache.num_blocks, else
+// what generate_batch allocates (every stream's blocks, a quarter more, at least 4,
+// and the poison block).
+uint64_t planned_num_blocks(const Scenario& s, const std::vector<StreamSpec>& streams);
 
 // Host memory the machine has for us: /proc/meminfo MemAvailable (0 when unknown).
 double host_memory_available();

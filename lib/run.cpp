@@ -106,7 +106,54 @@ std::vector<std::pair<std::string, std::string>> parse_impl(const std::string& i
   return out;
 }
 
-void validate_kernels(const RunOptions& opt) { make_configured_backend(opt, opt.inject); }
+std::vector<EstimateItem> library_workspace(const Scenario& s, const std::vector<StreamSpec>& streams,
+                                           const KernelLibrary& lib) {
+  std::vector<int32_t> cu(1, 0), kv;
+  uint32_t chunk_len = 0, max_blocks = 0;
+  const int64_t bs = std::max(1, s.model.block_size);
+  for (const StreamSpec& st : streams) {
+    cu.push_back(cu.back() + st.tokens);  // validate_resources bounded the sums to i32
+    kv.push_back(st.chunk_start + st.tokens);
+    chunk_len = std::max<uint32_t>(chunk_len, st.tokens);
+    max_blocks = std::max<uint32_t>(max_blocks, static_cast<uint32_t>((int64_t(kv.back()) + bs - 1) / bs));
+  }
+  pb_batched_attn_metadata m;
+  std::memset(&m, 0, sizeof m);  // no device arrays yet: workspace_bytes plans from counts and host copies
+  m.batch_size = static_cast<uint32_t>(streams.size());
+  m.chunk_len = chunk_len;
+  m.total_tokens = static_cast<uint32_t>(cu.back());
+  m.cu_seqlens_host = cu.data();
+  m.cu_seqlens_host_count = static_cast<uint32_t>(cu.size());
+  m.kv_lens_host = kv.data();
+  m.kv_lens_host_count = static_cast<uint32_t>(kv.size());
+  m.max_blocks_per_seq = max_blocks;
+  Batch shape_of;  // layer_shape reads the cache's block count and poison block only
+  shape_of.num_blocks = static_cast<int>(std::min<uint64_t>(planned_num_blocks(s, streams), INT32_MAX));
+  shape_of.poison_block = 0;
+  const LayerShape shape = layer_shape(s, shape_of);
+  std::vector<EstimateItem> items;
+  for (LayerKind kind : {LayerKind::attn, LayerKind::gdn}) {
+    const auto layers = std::count(s.layers.begin(), s.layers.end(), kind);
+    const pb_layer_shape abi = abi_layer_shape(kind, shape);
+    if (!layers || !lib.unsupported(abi).empty()) continue;  // an unsupported layer is skipped, not run
+    const uint64_t ws = lib.workspace_bytes(abi, m);
+    if (ws)
+      items.push_back({fmt::format("kernel library workspace ({} {} layers x {} bytes, asked of {})", layers,
+                                   kind == LayerKind::attn ? "attn" : "gdn", ws, lib.label()),
+                       "streams", double(layers) * double(ws)});
+  }
+  return items;
+}
+
+void validate_kernels(const RunOptions& opt, const std::vector<Scenario>& scenarios, const ResourceLimits& limits) {
+  const std::unique_ptr<Backend> backend = make_configured_backend(opt, opt.inject);
+  for (const Scenario& s : scenarios) {
+    const std::vector<StreamSpec> streams = resolve_streams(s);
+    ResourceEstimate e = validate_resources(s, limits);
+    for (EstimateItem& w : library_workspace(s, streams, backend->library())) e.device.push_back(std::move(w));
+    check_resources(s, e, limits);
+  }
+}
 
 ResourceEstimate validate_resources(const Scenario& s, const ResourceLimits& limits) {
   const std::vector<StreamSpec> streams = resolve_streams(s);
@@ -114,7 +161,7 @@ ResourceEstimate validate_resources(const Scenario& s, const ResourceLimits& lim
   int total = 0;
   for (const StreamSpec& st : streams) total += st.tokens;
   check_scratch_capacity(s, compute_layout(static_cast<int>(streams.size()), total, s.model.mrope.enabled));
-  const ResourceEstimate e = estimate_resources(s, streams, limits.ref_sample.value_or(s.ref_sample));
+  const ResourceEstimate e = estimate_resources(s, streams, limits.ref_sample.value_or(s.ref_sample), limits.graph);
   check_resources(s, e, limits);
   return e;
 }

@@ -99,8 +99,17 @@ std::vector<std::pair<std::string, std::string>> parse_impl(const std::string& i
 // Opens the kernel library the options name on the device it asks for, applies
 // --impl, and closes it again: every refusal (a library that cannot load, a CUDA
 // library without a device, an unknown kernel or variant) as an InputError
-// before anything runs.
-void validate_kernels(const RunOptions& options);
+// before anything runs. Then each scenario's resource estimate, with the library's
+// own workspace added (asked of it through workspace_bytes with the batch's
+// counts), is held to `limits` (a located InputError).
+void validate_kernels(const RunOptions& options, const std::vector<Scenario>& scenarios = {},
+                      const ResourceLimits& limits = {});
+
+// The kernel library's workspace for each layer kind of the scenario, asked of
+// the library with the batch's counts and host copies (no device arrays exist
+// yet; workspace_bytes plans from these, docs/KERNEL-ABI.md), as estimate lines.
+std::vector<EstimateItem> library_workspace(const Scenario& s, const std::vector<StreamSpec>& streams,
+                                           const KernelLibrary& lib);
 
 // Throws InputError for bad input (unknown backend, resources, a refused kernel
 // library or option, a kernel fault the library does not have); a check failing
