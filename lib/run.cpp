@@ -34,10 +34,6 @@ const CheckResult* RunResult::check(const std::string& name) const {
   return nullptr;
 }
 
-namespace {
-
-// The backend the options ask for, with --impl and the kernel-internal faults
-// applied to its library.
 std::unique_ptr<Backend> make_configured_backend(const RunOptions& opt, FaultSet faults) {
   std::unique_ptr<Backend> backend = make_backend(opt.backend, opt.kernels);
   KernelLibrary& lib = backend->library();
@@ -56,6 +52,8 @@ std::unique_ptr<Backend> make_configured_backend(const RunOptions& opt, FaultSet
   }
   return backend;
 }
+
+namespace {
 
 // Progress lines on stderr, only when it is a terminal and only once the
 // scenario has taken more than a second (short runs stay quiet).
@@ -147,21 +145,18 @@ std::vector<EstimateItem> library_workspace(const Scenario& s, const std::vector
 
 void validate_kernels(const RunOptions& opt, const std::vector<Scenario>& scenarios, const ResourceLimits& limits) {
   const std::unique_ptr<Backend> backend = make_configured_backend(opt, opt.inject);
-  for (const Scenario& s : scenarios) {
-    const std::vector<StreamSpec> streams = resolve_streams(s);
-    ResourceEstimate e = validate_resources(s, limits);
-    for (EstimateItem& w : library_workspace(s, streams, backend->library())) e.device.push_back(std::move(w));
-    check_resources(s, e, limits);
-  }
+  for (const Scenario& s : scenarios) validate_resources(s, limits, &backend->library());
 }
 
-ResourceEstimate validate_resources(const Scenario& s, const ResourceLimits& limits) {
+ResourceEstimate validate_resources(const Scenario& s, const ResourceLimits& limits, const KernelLibrary* library) {
   const std::vector<StreamSpec> streams = resolve_streams(s);
   validate_batch(s, streams);
   int total = 0;
   for (const StreamSpec& st : streams) total += st.tokens;
   check_scratch_capacity(s, compute_layout(static_cast<int>(streams.size()), total, s.model.mrope.enabled));
-  const ResourceEstimate e = estimate_resources(s, streams, limits.ref_sample.value_or(s.ref_sample), limits.graph);
+  ResourceEstimate e = estimate_resources(s, streams, limits.ref_sample.value_or(s.ref_sample), limits.graph);
+  if (library)
+    for (EstimateItem& w : library_workspace(s, streams, *library)) e.device.push_back(std::move(w));
   check_resources(s, e, limits);
   return e;
 }

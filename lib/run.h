@@ -89,8 +89,14 @@ struct RunResult {
 // Everything about the scenario that needs the resolved streams (KV cache and
 // scratch sizes, explicit block tables, images, the resource estimate against
 // `limits`); throws a located InputError. Every subcommand calls it for every
-// file before anything runs. Returns the estimate (validate and stage show it).
-ResourceEstimate validate_resources(const Scenario& scenario, const ResourceLimits& limits = {});
+// file before anything runs. With `library`, the workspace it asks for is part of
+// the estimate (library_workspace). Returns the estimate (validate and stage show it).
+ResourceEstimate validate_resources(const Scenario& scenario, const ResourceLimits& limits = {},
+                                    const KernelLibrary* library = nullptr);
+
+// The backend the options ask for, with --impl and the kernel-internal faults
+// applied to its library (InputError when the library or an option is refused).
+std::unique_ptr<Backend> make_configured_backend(const RunOptions& options, FaultSet faults);
 
 // --impl's "kernel=variant[,kernel=variant]" as (key, value) pairs; throws
 // InputError on a malformed list.

@@ -496,7 +496,11 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
   if (opt.out_dir.empty()) throw InputError("sweep: --out DIR is required");
   if (opt.run.backend != "auto" && opt.run.backend != "cuda" && opt.run.backend != "host")
     throw InputError("--backend: expected auto, cuda or host, found '" + opt.run.backend + "'");
-  if (!opt.ctest) validate_kernels(opt.run);  // a refused --kernels / --impl: exit 2 before anything runs
+  // A refused --kernels / --impl: exit 2 before anything runs. In-process points run on
+  // this library, so its workspace is part of each point's estimate.
+  std::unique_ptr<Backend> kernels;
+  if (!opt.ctest) kernels = make_configured_backend(opt.run, opt.run.inject);
+  const KernelLibrary* library = kernels ? &kernels->library() : nullptr;  // reset below, once validated
   const std::vector<std::string> files = scenario_files(opt.inputs);
   std::vector<Scenario> bases;
   std::set<std::string> stems;
@@ -505,7 +509,7 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
       throw InputError(f + ": the file name is not valid UTF-8; the sweep writes it into JSON (sweep.json) and names "
                            "point files after it: rename the file");
     bases.push_back(load_scenario(f));
-    validate_resources(bases.back(), opt.limits);
+    validate_resources(bases.back(), opt.limits, library);
     const std::string stem = fs::path(f).stem().string();
     if (!stems.insert(stem).second)
       throw InputError(fmt::format("{}: a second scenario file named {} (point files are named after it)", f, stem));
@@ -544,7 +548,7 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
         const Scenario d = derive_scenario(bases[i], p, &comment);
         write_text(yaml_path, scenario_yaml(d, comment));
         Scenario back = load_scenario(yaml_path);
-        validate_resources(back, opt.limits);
+        validate_resources(back, opt.limits, library);
         derived.push_back(std::move(back));
       } catch (const InputError& e) {
         pr.skipped = e.what();
@@ -552,6 +556,8 @@ SweepResult run_sweep(const SweepOptions& opt, const std::function<void(const st
       res.points.push_back(std::move(pr));
     }
   }
+  kernels.reset();  // each point's run opens its own
+  library = nullptr;
   if (derived.empty()) {
     std::string why;
     for (const SweepPointResult& p : res.points) why += "\n  " + p.name + ": " + p.skipped;
