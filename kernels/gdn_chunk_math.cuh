@@ -35,13 +35,15 @@ __device__ __forceinline__ void load_chunk_gates(const float* g, const float* be
   if (B_s) B_s[lane] = ok ? beta[gi] : 0.f;
 }
 
-// Steps j < j0 are skipped: the caller knows x_j = 0 there for every column of the warp.
+// Steps j < j0 are skipped: the caller knows x_j = 0 there for every column of the
+// warp; so are steps j >= j1: the caller knows A's column j is zero below the diagonal.
 template <int TPC, int RPT, int kC>
 __device__ __forceinline__ void forward_substitute(float (&x)[RPT], const float* A, int as, int sub, int lane,
-                                                   int j0 = 0) {
+                                                   int j0 = 0, int j1 = kC - 1) {
 #pragma unroll
   for (int j = 0; j < kC - 1; ++j) {
-    if (j < j0) continue;  // warp-uniform
+    if (j < j0) continue;   // warp-uniform
+    if (j >= j1) break;     // warp-uniform
     const float xj = __shfl_sync(0xffffffffu, x[j / TPC], (lane & ~(TPC - 1)) | (j % TPC));
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {

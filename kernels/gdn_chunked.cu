@@ -135,8 +135,10 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
 
   const int pa = warp >> 2, jt = warp & 3;
   float ak[4] = {0.f, 0.f, 0.f, 0.f}, aq[4] = {0.f, 0.f, 0.f, 0.f};
+  // A tile of padded tokens only (rows or keys at or past n) is zero: its products are skipped.
+  const bool live = 16 * pa < n && 8 * jt < n;  // warp-uniform
 #pragma unroll 4
-  for (int kk = 0; kk < KP; kk += 8) {
+  for (int kk = 0; kk < (live ? KP : 0); kk += 8) {
     uint32_t a_k[4], a_q[4], b[2];
     ldsm_x4(a_k, ldsm_addr(ldsm_a_row(K_s + 16 * pa * KS + kk, KS, lane)));
     ldsm_x4(a_q, ldsm_addr(ldsm_a_row(Q_s + 16 * pa * KS + kk, KS, lane)));
@@ -171,7 +173,8 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
 #pragma unroll
     for (int r = 0; r < RPT; ++r) x[r] = sub + TPC * r == col ? 1.f : 0.f;
     // this warp's first column is warp * 32 / TPC: x_j = 0 above it, so steps before it add nothing
-    forward_substitute<TPC, RPT, kC>(x, A_s, kCS, sub, lane, warp * 32 / TPC);
+    // and steps from n - 1 on: A's rows past n - 1 and columns from n on are zero
+    forward_substitute<TPC, RPT, kC>(x, A_s, kCS, sub, lane, warp * 32 / TPC, n - 1);
 #pragma unroll
     for (int r = 0; r < RPT; ++r) T_g[(sub + TPC * r) * kC + col] = x[r];
   }
