@@ -3,6 +3,7 @@
 // every kernel), 16-byte vector moves and cp.async.
 // Invariant: every bound a kernel uses comes from device memory through these.
 #pragma once
+#include <utility>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -65,6 +66,39 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Programmatic dependent launch (sm_90; no-ops before it): the primary grid lets
+// its dependent launch once every CTA has called pdl_launch_dependents (or exited);
+// the dependent's pdl_wait returns once the primary has completed and its writes
+// are visible. Reads of the primary's outputs go after pdl_wait.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Launches kernel f<<<grid, block, smem, stream>>>(args...) as a programmatic
+// dependent of the previous launch on `stream`: it may start while that one runs
+// its last CTAs, and must pdl_wait() before reading what that one wrote.
+template <class... P, class... A>
+cudaError_t launch_pdl(void (*f)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, f, std::forward<A>(args)...);
 }
 
 // Multiprocessors of the current device (read once; 132, an H200's, if the

@@ -12,8 +12,10 @@
 //      block and v head), then per v head of the group A, T = (I + A)^-1 (forward
 //      substitution on the identity, fp32) and M = tf32(e^{G_i-G_j} q_i.k_j) (j <= i),
 //      to the workspace;
-//   2. the walk: a CTA owns one (stream, v head, block of VB rows of S) and walks the
-//      stream's chunks in order: P1 [K;Q] S0^T -> R, e^G S0 q; Delta = T R (3xTF32:
+//   2. the walk, launched as the prep's programmatic dependent (its launch and state
+//      load overlap the prep's tail; it waits for the prep before reading its outputs):
+//      a CTA owns one (stream, v head, block of VB rows of S) and walks the stream's
+//      chunks in order: P1 [K;Q] S0^T -> R, e^G S0 q; Delta = T R (3xTF32:
 //      fp32-accurate); P3 o += M Delta; P4 S += (e^{G_last-G} Delta)^T K.
 // Every scale, exp and sum stays in fp32.
 // Precision: tf32 operands (10-bit mantissa, rounded to nearest) are 8x finer
@@ -178,6 +180,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
 #pragma unroll
     for (int r = 0; r < RPT; ++r) T_g[(sub + TPC * r) * kC + col] = x[r];
   }
+  pdl_launch_dependents();  // this CTA's writes are issued: the walk may launch (it waits for them)
 }
 
 
@@ -259,6 +262,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
   const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
   float Sr[SG::TM][SG::TN][4];
   gdn_state_load(Sr, S_g, v0, vn, p.k_dim, S_s, KS, sm0, sn0, fg, ft);
+  pdl_wait();  // launched as the prep's dependent: its norms, T and M are read below
 
   const size_t q_off = static_cast<size_t>(kh) * p.k_dim;
   const size_t k_off = static_cast<size_t>(p.num_k_heads + kh) * p.k_dim;
@@ -484,20 +488,32 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
   gdn_state_store(Sr, S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
 }
 
+// The walk is launched as the prep's programmatic dependent (common.cuh): its
+// launch and state load overlap the prep's last CTAs (on tiny batches the second
+// launch's cost). A grid of at most one CTA per SM asks for more than half an SM's
+// shared memory, so that its CTAs still spread one per SM when they start beside
+// the prep's: each walks a chain of chunks, and two on one SM ran 28% slower
+// (2 / 8 heads, 2 x 4096, PERF-NOTES "gdn v7").
 template <int KP, int VB>
 cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
   using L = ChunkSmem<KP, VB>;
-  static bool configured = false;
-  if (!configured) {
-    const cudaError_t e = detail::allow_smem(gdn_chunked_kernel<KP, VB>, L::bytes);
+  static size_t whole_sm = 0;  // dynamic shared memory that leaves room for no second CTA
+  if (!whole_sm) {
+    int dev = 0, per_sm = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
     if (e != cudaSuccess) return e;
-    configured = true;
+    const size_t half = static_cast<size_t>(per_sm) / 2 + 16;
+    e = detail::allow_smem(gdn_chunked_kernel<KP, VB>, std::max(L::bytes, half));
+    if (e != cudaSuccess) return e;
+    whole_sm = std::max(L::bytes, half);
   }
   s.p.blocks = (s.p.v_dim + VB - 1) / VB;
   const long long ctas = static_cast<long long>(s.p.batch_size) * s.p.num_v_heads * s.p.blocks;
   if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
-  gdn_chunked_kernel<KP, VB><<<static_cast<unsigned>(ctas), kThreads, L::bytes, stream>>>(s);
-  return cudaGetLastError();
+  const size_t smem = ctas <= detail::sm_count() ? whole_sm : L::bytes;
+  return detail::launch_pdl(gdn_chunked_kernel<KP, VB>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem,
+                            stream, s);
 }
 
 // The prep over (chunk, k head), then the walk with v blocks of 64 rows when their
