@@ -81,11 +81,15 @@ void fold_second_batch(const std::map<std::string, CheckResult>& second, CheckRe
     const auto it = second.find(name);
     if (it == second.end() || !it->second.ran) continue;
     const CheckResult& c = it->second;
+    // Batch 2's stream indices are not batch 1's (the report's streams): they go into
+    // the text, and the entry is filed under no stream.
+    auto tag = [&](int stream) { return stream >= 0 ? fmt::format("batch 2 stream {} {}", stream, name) : "batch 2 " + name; };
     for (Figure f : c.figures) {
-      f.what = "batch 2 " + name + " " + f.what;
+      f.what = tag(f.stream) + " " + f.what;
+      f.stream = -1;
       graph.figures.push_back(f);
     }
-    for (const Finding& f : c.findings) graph.fail(f.layer, f.stream, "batch 2 " + name + ": " + f.message);
+    for (const Finding& f : c.findings) graph.fail(f.layer, -1, tag(f.stream) + ": " + f.message);
     if (!c.passed && c.findings.empty()) graph.fail(-1, -1, "batch 2 " + name + ": failed");
     graph.finding_count += std::max<long long>(0, c.finding_count - static_cast<long long>(c.findings.size()));
   }

@@ -20,7 +20,9 @@ void run_graph_second_batch(const Scenario& s, const Batch& batch2, Backend& bac
                             const std::vector<bool>& captured, CheckResult& graph);
 
 // The graph check's verdict from the second batch's checks: each finding and
-// figure of a check that ran, tagged "batch 2 <check>"; fails when one failed.
+// figure of a check that ran, tagged "batch 2 [stream N] <check>" and filed under
+// no stream (N indexes batch 2's streams, the report's streams are batch 1's);
+// fails when one failed.
 void fold_second_batch(const std::map<std::string, CheckResult>& second, CheckResult& graph);
 
 }  // namespace pb

@@ -108,6 +108,14 @@ TEST(GraphMode, BakedKvLenPassesEagerFailsOnTheSecondBatch) {
   EXPECT_FALSE(g->passed);
   ASSERT_FALSE(g->findings.empty());
   EXPECT_NE(g->findings.front().message.find("batch 2 "), std::string::npos) << g->findings.front().message;
+  // Batch 2's stream indices are not the report's (batch 1's) streams: named in the text, filed under none.
+  bool named = false;
+  for (const Finding& x : g->findings) {
+    EXPECT_EQ(x.stream, -1) << x.message;
+    named = named || x.message.find("batch 2 stream ") != std::string::npos;
+  }
+  for (const Figure& x : g->figures) EXPECT_EQ(x.stream, -1) << x.what;
+  EXPECT_TRUE(named) << "no finding names its batch 2 stream";
   // Batch 1's replay runs with its own host copies: every other check passes.
   for (const CheckResult& c : r.checks)
     if (c.name != kCheckGraph && c.ran) EXPECT_TRUE(c.passed) << c.name;
