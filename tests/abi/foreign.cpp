@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "lib/host_kernels/host_kernels.h"
+#include "tests/abi/host_variant.h"
 
 namespace {
 pb_status supports(void* ctx, const pb_layer_shape* s, char* why, size_t len) {
@@ -26,13 +26,8 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
 }  // namespace
 
 extern "C" PB_KERNEL_EXPORT const pb_kernel_table* pb_kernel_table_get(void) {
-  static const pb_kernel_table t = [] {
-    pb_kernel_table c = *pb::host_kernel_table();
-    c.name = "foreign";
-    c.version = "0.1";
+  return host_variant("foreign", [](pb_kernel_table& c) {
     c.supports = supports;
     c.set_option = set_option;
-    return c;
-  }();
-  return &t;
+  });
 }

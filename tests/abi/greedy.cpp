@@ -4,7 +4,7 @@
 // allocated or run (exit 2, naming the library's workspace), not die allocating.
 #include <cstdio>
 
-#include "lib/host_kernels/host_kernels.h"
+#include "tests/abi/host_variant.h"
 
 namespace {
 pb_status workspace_bytes(void* ctx, const pb_layer_shape* s, const pb_batched_attn_metadata* m, uint64_t* bytes,
@@ -16,12 +16,5 @@ pb_status workspace_bytes(void* ctx, const pb_layer_shape* s, const pb_batched_a
 }  // namespace
 
 extern "C" PB_KERNEL_EXPORT const pb_kernel_table* pb_kernel_table_get(void) {
-  static const pb_kernel_table t = [] {
-    pb_kernel_table c = *pb::host_kernel_table();
-    c.name = "greedy";
-    c.version = "0.1";
-    c.workspace_bytes = workspace_bytes;
-    return c;
-  }();
-  return &t;
+  return host_variant("greedy", [](pb_kernel_table& c) { c.workspace_bytes = workspace_bytes; });
 }
