@@ -204,7 +204,9 @@ typedef struct pb_kernel_table {
   pb_status (*set_option)(void* ctx, const char* key, const char* value, char* msg, size_t msg_len);
   /* What runs, in words, NUL-terminated in buf: "attention=wgmma gdn=chunked-tf32". */
   pb_status (*describe)(void* ctx, char* buf, size_t buf_len);
-  /* Workspace bytes one layer needs for this shape and metadata (0 is fine). */
+  /* Workspace bytes one layer needs for this shape and metadata (0 is fine). Size from
+   * the counts and host copies only: the harness also asks before any device array
+   * exists (every address in the metadata 0), to check the estimate. */
   pb_status (*workspace_bytes)(void* ctx, const pb_layer_shape* shape,
                                const pb_batched_attn_metadata* metadata, uint64_t* bytes,
                                char* msg, size_t msg_len);
