@@ -23,12 +23,12 @@ __device__ __forceinline__ float g_scan(float g) {
   return g;
 }
 
-// Warp 0: the gates of the chunk of n tokens at row t0, v head h, into G_s (the scan)
-// and B_s (beta; skipped when null); padded tokens g = 0, beta = 0 (no effect).
+// Warp w (0 unless given): the gates of the chunk of n tokens at row t0, v head h, into
+// G_s (the scan) and B_s (beta; skipped when null); padded tokens g = 0, beta = 0 (no effect).
 __device__ __forceinline__ void load_chunk_gates(const float* g, const float* beta, int num_v_heads, int t0, int n,
-                                                 int h, float* G_s, float* B_s) {
+                                                 int h, float* G_s, float* B_s, int w = 0) {
   const int lane = threadIdx.x & 31;
-  if (threadIdx.x >= 32) return;
+  if (static_cast<int>(threadIdx.x >> 5) != w) return;
   const bool ok = lane < n;
   const size_t gi = static_cast<size_t>(t0 + (ok ? lane : 0)) * num_v_heads + h;
   G_s[lane] = g_scan(ok ? g[gi] : 0.f);

@@ -92,21 +92,25 @@ __device__ __forceinline__ void store_qk8(const uint4& qraw, const uint4& kraw, 
   }
 }
 
-// ---- 1. prep: one CTA per (chunk, k head). Shared: K, Q [C][KS] tf32; A [C][CS].
-// Warp (pa, jt) holds the 16 x 8 tiles (token tile pa, key tile jt) of K K^T and
-// Q K^T (the same operands, tiles and k order as the walk computed them before).
-template <int KP>
+// ---- 1. prep: one CTA per (chunk, k head). Shared: K, Q [C][KS] tf32; per v head
+// in flight A [C][CS], G, beta [C]. Warp (pa, jt) holds the 16 x 8 tiles (token tile
+// pa, key tile jt) of K K^T and Q K^T (the same operands, tiles and k order as the
+// walk computed them before). HP v heads of the group are done side by side, each by
+// kThreads / HP threads: T's substitution is a chain of kC - 1 shuffle-and-fma steps,
+// so HP heads take about the time of one (a tiny batch waits on this chain).
+template <int KP, int HP>
 struct PrepSmem {
   static constexpr int KS = KP + 4;
-  static constexpr int K = 0, Q = K + kC * KS, A = Q + kC * KS, G = A + kC * kCS, B = G + kC;
-  static constexpr size_t bytes = sizeof(float) * (B + kC);
+  static constexpr int K = 0, Q = K + kC * KS, A = Q + kC * KS, G = A + HP * kC * kCS, B = G + HP * kC;
+  static constexpr size_t bytes = sizeof(float) * (B + HP * kC);
 };
 
-template <int KP>
+template <int KP, int HP>
 __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
-  using L = PrepSmem<KP>;
+  using L = PrepSmem<KP, HP>;
   constexpr int KS = L::KS, QL = KP / 8, QN = kC * QL;
   static_assert(QN % 32 == 0, "whole warps per staging slot");
+  static_assert(kThreads % (HP * 32) == 0 && HP <= kThreads / 32, "whole warps per head");
   const GdnParams& p = s.p;
   const int item = blockIdx.x, kh = blockIdx.y;
   if (item >= *s.list.count || item >= s.list.max_chunks) return;
@@ -149,36 +153,48 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
     mma_tf32(aq, a_q, b);
   }
 
-  const int group = p.num_v_heads / p.num_k_heads;
-  constexpr int TPC = kThreads / kC, RPT = kC / TPC;  // the substitution: a column of T per TPC lanes
-  const int col = tid / TPC, sub = tid % TPC;
-  for (int h = kh * group; h < (kh + 1) * group; ++h) {
-    load_chunk_gates(p.g, p.beta, p.num_v_heads, t0, n, h, G_s, B_s);
-    __syncthreads();  // G, beta visible; the previous head's reads of A_s done
-    float* T_g = s.tm + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kTM;
-    float* M_g = T_g + kC * kC;
+  const int group = p.num_v_heads / p.num_k_heads, h_end = (kh + 1) * group;
+  constexpr int HT = kThreads / HP;              // threads per v head in flight
+  constexpr int TPC = HT / kC, RPT = kC / TPC;   // the substitution: a column of T per TPC lanes
+  const int hg = tid / HT, ht = tid % HT, col = ht / TPC, sub = ht % TPC;
+  for (int h0 = kh * group; h0 < h_end; h0 += HP) {
+    if (warp < HP && h0 + warp < h_end)  // warp w: head h0 + w's gates
+      load_chunk_gates(p.g, p.beta, p.num_v_heads, t0, n, h0 + warp, G_s + warp * kC, B_s + warp * kC, warp);
+    __syncthreads();  // G, beta visible; the previous heads' reads of A_s done
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int i = 16 * pa + fg + 8 * hr, j = 8 * jt + 2 * ft;
-      float m2[2];
+    for (int e = 0; e < HP; ++e) {  // this warp's tiles of A and M, for every head in flight
+      if (h0 + e >= h_end) break;
+      const float *Ge = G_s + e * kC, *Be = B_s + e * kC;
+      float* Ae = A_s + e * kC * kCS;
+      float* M_g = s.tm + (static_cast<size_t>(it.chunk) * p.num_v_heads + h0 + e) * kTM + kC * kC;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float dec = j + e <= i ? expf(G_s[i] - G_s[j + e]) : 0.f;
-        A_s[i * kCS + j + e] = j + e < i ? B_s[i] * dec * ak[2 * hr + e] : 0.f;
-        m2[e] = tf32_round(dec * aq[2 * hr + e]);
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = 16 * pa + fg + 8 * hr, j = 8 * jt + 2 * ft;
+        float m2[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float dec = j + c <= i ? expf(Ge[i] - Ge[j + c]) : 0.f;
+          Ae[i * kCS + j + c] = j + c < i ? Be[i] * dec * ak[2 * hr + c] : 0.f;
+          m2[c] = tf32_round(dec * aq[2 * hr + c]);
+        }
+        *reinterpret_cast<float2*>(M_g + i * kC + j) = make_float2(m2[0], m2[1]);
       }
-      *reinterpret_cast<float2*>(M_g + i * kC + j) = make_float2(m2[0], m2[1]);
     }
-    __syncthreads();  // A complete
-    // (I + A) T = I, column `col`, rows sub + TPC r (fp32, j ascending)
-    float x[RPT];
+    __syncthreads();  // A complete for every head in flight
+    if (h0 + hg < h_end) {  // warp-uniform
+      // (I + A) T = I, column `col`, rows sub + TPC r (fp32, j ascending: the same fmas in
+      // the same order whatever TPC, so T does not depend on HP)
+      float* T_g = s.tm + (static_cast<size_t>(it.chunk) * p.num_v_heads + h0 + hg) * kTM;
+      float x[RPT];
 #pragma unroll
-    for (int r = 0; r < RPT; ++r) x[r] = sub + TPC * r == col ? 1.f : 0.f;
-    // this warp's first column is warp * 32 / TPC: x_j = 0 above it, so steps before it add nothing
-    // and steps from n - 1 on: A's rows past n - 1 and columns from n on are zero
-    forward_substitute<TPC, RPT, kC>(x, A_s, kCS, sub, lane, warp * 32 / TPC, n - 1);
+      for (int r = 0; r < RPT; ++r) x[r] = sub + TPC * r == col ? 1.f : 0.f;
+      // this warp's first column is (its warp within the head) * 32 / TPC: x_j = 0 above it,
+      // so steps before it add nothing; nor do steps from n - 1 on: A's rows past n - 1 and
+      // columns from n on are zero
+      forward_substitute<TPC, RPT, kC>(x, A_s + hg * kC * kCS, kCS, sub, lane, (ht / 32) * 32 / TPC, n - 1);
 #pragma unroll
-    for (int r = 0; r < RPT; ++r) T_g[(sub + TPC * r) * kC + col] = x[r];
+      for (int r = 0; r < RPT; ++r) T_g[(sub + TPC * r) * kC + col] = x[r];
+    }
   }
   pdl_launch_dependents();  // this CTA's writes are issued: the walk may launch (it waits for them)
 }
@@ -522,18 +538,27 @@ cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
 // 16 while 16-row CTAs still find an SM each (past that, a narrower block only adds
 // per-CTA cost: 4 / 8 heads d64, 8 x 2048, ran slower at 16 than at 32). The block
 // width changes no sum's order.
-template <int KP>
-cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s) {
-  using PL = PrepSmem<KP>;
+template <int KP, int HP>
+cudaError_t launch_prep(cudaStream_t stream, const ChunkedParams& s) {
+  using PL = PrepSmem<KP, HP>;
   static bool configured = false;
   if (!configured) {
-    const cudaError_t e = detail::allow_smem(gdn_chunked_prep<KP>, PL::bytes);
+    const cudaError_t e = detail::allow_smem(gdn_chunked_prep<KP, HP>, PL::bytes);
     if (e != cudaSuccess) return e;
     configured = true;
   }
+  gdn_chunked_prep<KP, HP><<<dim3(s.list.max_chunks, s.p.num_k_heads), kThreads, PL::bytes, stream>>>(s);
+  return cudaGetLastError();
+}
+
+template <int KP>
+cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s) {
   const GdnParams& p = s.p;
-  gdn_chunked_prep<KP><<<dim3(s.list.max_chunks, p.num_k_heads), kThreads, PL::bytes, stream>>>(s);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  const int group = p.num_v_heads / p.num_k_heads;  // v heads side by side in the prep: up to 4
+  const cudaError_t pe = group >= 4   ? launch_prep<KP, 4>(stream, s)
+                         : group >= 2 ? launch_prep<KP, 2>(stream, s)
+                                      : launch_prep<KP, 1>(stream, s);
+  if (pe != cudaSuccess) return pe;
   const long long heads = static_cast<long long>(p.batch_size) * p.num_v_heads, fill = 2LL * detail::sm_count();
   if (p.v_dim > 32 && heads * ((p.v_dim + 63) / 64) >= fill) return launch_walk<KP, 64>(stream, s);
   // (16 rows need k_dim > 32: 16 x 32 is four state tiles for eight warps)
