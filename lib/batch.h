@@ -4,6 +4,7 @@
 // Invariants: streams are packed in order (row_begin = prefix sum of count);
 // block ids are a random permutation without repeats, none equals poison_block.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -69,6 +70,10 @@ std::vector<StreamSpec> resolve_streams(const Scenario& s);
 // Checks the resolved batch against the scenario's resources (KV cache size,
 // explicit block tables, image segments); throws a located InputError.
 void validate_batch(const Scenario& s, const std::vector<StreamSpec>& streams);
+// The physical blocks of a KV cache sized from the streams (no kv_cache.num_blocks):
+// the `needed` blocks the streams' tables hold, a quarter more (at least 4) and the
+// poison block.
+inline uint64_t default_num_blocks(uint64_t needed) { return needed + std::max<uint64_t>(4, needed / 4) + 1; }
 // Generates everything from the seed. Same scenario + seed => identical bytes.
 Batch generate_batch(const Scenario& s);
 // The same generator over given streams (already validated), `seed`, a KV cache

@@ -102,7 +102,7 @@ Batch generate_batch(const Scenario& s, const std::vector<StreamSpec>& specs, ui
   // Physical blocks: a Fisher-Yates permutation of [0, num_blocks) (draws:
   // uniform_int(0, i) for i = n-1 down to 1). Explicit tables keep their ids;
   // the poison block and the other tables take ids in permutation order.
-  batch.num_blocks = static_cast<int>(kv_num_blocks ? kv_num_blocks : needed + std::max(4, needed / 4) + 1);
+  batch.num_blocks = static_cast<int>(kv_num_blocks ? kv_num_blocks : default_num_blocks(uint64_t(needed)));
   std::vector<int32_t> perm(batch.num_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   Rng block_rng = Rng::for_purpose(seed, kRngBlocks);

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "batch.h"
 #include "check_result.h"
 #include "staged_layout.h"
 
@@ -102,7 +103,7 @@ uint64_t planned_num_blocks(const Scenario& s, const std::vector<StreamSpec>& st
   const uint64_t bs = uint64_t(std::max(1, s.model.block_size));
   uint64_t blocks = 0;
   for (const StreamSpec& st : streams) blocks += (uint64_t(st.chunk_start) + uint64_t(st.tokens) + bs - 1) / bs;
-  return blocks + std::max<uint64_t>(4, blocks / 4) + 1;
+  return default_num_blocks(blocks);
 }
 
 ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamSpec>& streams, int ref_sample,
@@ -125,7 +126,7 @@ ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamS
                             : double(st.tokens) * st.chunk_start + 0.5 * double(st.tokens) * (st.tokens + 1.0);
   }
   const std::string kv_field = s.kv_num_blocks ? "kv_cache.num_blocks" : "streams";
-  const uint64_t NB = s.kv_num_blocks ? uint64_t(s.kv_num_blocks) : blocks + std::max<uint64_t>(4, blocks / 4) + 1;
+  const uint64_t NB = planned_num_blocks(s, streams);
   const uint64_t A = std::count(s.layers.begin(), s.layers.end(), LayerKind::attn);
   const uint64_t G = std::count(s.layers.begin(), s.layers.end(), LayerKind::gdn);
   const uint64_t Hq = m.num_q_heads, Hkv = m.num_kv_heads, D = m.head_dim;

@@ -52,8 +52,7 @@ ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamS
                                     int ref_sample, bool graph = false);
 
 // The KV cache's physical block count for these streams: kv_cache.num_blocks, else
-// what generate_batch allocates (every stream's blocks, a quarter more, at least 4,
-// and the poison block).
+// what generate_batch allocates (default_num_blocks, batch.h).
 uint64_t planned_num_blocks(const Scenario& s, const std::vector<StreamSpec>& streams);
 
 // Host memory the machine has for us: /proc/meminfo MemAvailable (0 when unknown).
