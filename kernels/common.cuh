@@ -68,6 +68,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// A barrier among `threads` threads (whole warps) of the CTA, by id 1..15 (0 is
+// __syncthreads's).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Programmatic dependent launch (sm_90; no-ops before it): the primary grid lets
 // its dependent launch once every CTA has called pdl_launch_dependents (or exited);
 // the dependent's pdl_wait returns once the primary has completed and its writes

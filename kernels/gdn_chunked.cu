@@ -16,7 +16,9 @@
 //      load overlap the prep's tail; it waits for the prep before reading its outputs):
 //      a CTA owns one (stream, v head, block of VB rows of S) and walks the stream's
 //      chunks in order: P1 [K;Q] S0^T -> R, e^G S0 q; Delta = T R (3xTF32:
-//      fp32-accurate); P3 o += M Delta; P4 S += (e^{G_last-G} Delta)^T K.
+//      fp32-accurate); P3 o += M Delta; P4 S += (e^{G_last-G} Delta)^T K. Blocks of 8
+//      rows take gdn_walk_narrow.cuh's walk, which stages the next chunk while this
+//      one's products run; the same products, summed in the same order.
 // Every scale, exp and sum stays in fp32.
 // Precision: tf32 operands (10-bit mantissa, rounded to nearest) are 8x finer
 // than the bf16 rounding of q, k, v that the tolerance is built from; a host
@@ -410,14 +412,17 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
           if (do_o) mma_tf32(o[ni], aq, bs);
         }
       }
-      // R = beta (v - e^G S0 k) over v in D_s; o = e^G S0 q
+      // R = beta (v - e^G S0 k) over v in D_s; o = e^G S0 q. v - e^G (S0 k) is one fmaf,
+      // written out: a product and a difference that the compiler may fuse or not would
+      // let R's bits depend on the kernel (the block width), and every walk must round it
+      // the same way (gdn_walk_narrow.cuh; the invariance check catches a difference).
 #pragma unroll
       for (int ni = 0; ni < TN1; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 16 * pa + fg + 8 * (e >> 1), v = 8 * (pn + ni) + 2 * ft + (e & 1);
           const float gm = Gm_s[i];
-          if (do_r) D_s[i * VS + v] = Bt_s[i] * (D_s[i * VS + v] - gm * r[ni][e]);
+          if (do_r) D_s[i * VS + v] = Bt_s[i] * fmaf(-gm, r[ni][e], D_s[i * VS + v]);
           if (do_o) o[ni][e] *= gm;
         }
     }
@@ -504,6 +509,20 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
   gdn_state_store(Sr, S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
 }
 
+#include "kernels/gdn_walk_narrow.cuh"
+
+// The walk's kernel and shared memory at a block width: 8 rows, gdn_walk_narrow.cuh's.
+template <int KP, int VB>
+constexpr auto walk_kernel() {
+  if constexpr (VB == 8) return gdn_walk_narrow<KP>;
+  else return gdn_chunked_kernel<KP, VB>;
+}
+template <int KP, int VB>
+constexpr size_t walk_smem() {
+  if constexpr (VB == 8) return NarrowSmem<KP>::bytes;
+  else return ChunkSmem<KP, VB>::bytes;
+}
+
 // The walk is launched as the prep's programmatic dependent (common.cuh): its
 // launch and state load overlap the prep's last CTAs (on tiny batches the second
 // launch's cost). A grid of at most one CTA per SM asks for more than half an SM's
@@ -512,7 +531,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
 // (2 / 8 heads, 2 x 4096, PERF-NOTES "gdn v7").
 template <int KP, int VB>
 cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
-  using L = ChunkSmem<KP, VB>;
+  constexpr auto kernel = walk_kernel<KP, VB>();
+  constexpr size_t bytes = walk_smem<KP, VB>();
   static size_t whole_sm = 0;  // dynamic shared memory that leaves room for no second CTA
   if (!whole_sm) {
     int dev = 0, per_sm = 0;
@@ -520,15 +540,15 @@ cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
     if (e != cudaSuccess) return e;
     const size_t half = static_cast<size_t>(per_sm) / 2 + 16;
-    e = detail::allow_smem(gdn_chunked_kernel<KP, VB>, std::max(L::bytes, half));
+    e = detail::allow_smem(kernel, std::max(bytes, half));
     if (e != cudaSuccess) return e;
-    whole_sm = std::max(L::bytes, half);
+    whole_sm = std::max(bytes, half);
   }
   s.p.blocks = (s.p.v_dim + VB - 1) / VB;
   const long long ctas = static_cast<long long>(s.p.batch_size) * s.p.num_v_heads * s.p.blocks;
   if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
-  const size_t smem = ctas <= detail::sm_count() ? whole_sm : L::bytes;
-  return detail::launch_pdl(gdn_chunked_kernel<KP, VB>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem,
+  const size_t smem = ctas <= detail::sm_count() ? whole_sm : bytes;
+  return detail::launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem,
                             stream, s);
 }
 
@@ -536,8 +556,11 @@ cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
 // CTAs fill the GPU's two resident CTAs per SM; else 32 (then the chain of chunks,
 // not the throughput, sets the time, and a narrower CTA walks each chunk faster);
 // 16 while 16-row CTAs still find an SM each (past that, a narrower block only adds
-// per-CTA cost: 4 / 8 heads d64, 8 x 2048, ran slower at 16 than at 32). The block
-// width changes no sum's order.
+// per-CTA cost: 4 / 8 heads d64, 8 x 2048, ran slower at 16 than at 32), and before
+// that 8 (k_dim over 64: S^T's eight 16-row tiles for the eight warps) while 8-row CTAs
+// fit two per SM: at 2 / 8 heads, 2 x 4096, 256 narrow CTAs two per SM ran 5% faster
+// than 128 of 16 rows one per SM (PERF-NOTES "gdn v9"). The block width changes no
+// sum's order.
 template <int KP, int HP>
 cudaError_t launch_prep(cudaStream_t stream, const ChunkedParams& s) {
   using PL = PrepSmem<KP, HP>;
@@ -563,6 +586,8 @@ cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s) {
   if (p.v_dim > 32 && heads * ((p.v_dim + 63) / 64) >= fill) return launch_walk<KP, 64>(stream, s);
   // (16 rows need k_dim > 32: 16 x 32 is four state tiles for eight warps)
   if (KP == 32 || (p.v_dim > 16 && heads * ((p.v_dim + 15) / 16) > detail::sm_count())) return launch_walk<KP, 32>(stream, s);
+  if constexpr (KP == 128)
+    if (heads * ((p.v_dim + 7) / 8) <= 2LL * detail::sm_count()) return launch_walk<KP, 8>(stream, s);
   return launch_walk<KP, KP == 32 ? 32 : 16>(stream, s);
 }
 

@@ -1,0 +1,300 @@
+// gdn_walk_narrow.cuh: the chunked GDN walk for v blocks of 8 rows (included by
+// gdn_chunked.cu, inside its anonymous namespace: it uses that file's ChunkedParams,
+// kC, kThreads, kCS, kTM and store_qk8). Taken at k_dim over 64 while its CTAs fit
+// two per SM (gdn_chunked.cu's launch_k): few (stream, v head) pairs, as a small
+// model's or one tensor-parallel rank's heads over long streams. Such a walk is a
+// chain of dependent steps, chunk after chunk, and its time is that chain's latency,
+// not its throughput; so this kernel takes off the chain what need not be on it:
+// - warps 0-1 run P1's k rows and Delta = T R, warps 2-3 P1's q rows and P3 (a
+//   16 x 8 tile each: P1, Delta and P3 have tiles for four warps only);
+// - meanwhile warps 4-7 stage the next chunk (raw q | k | v -> normalised tf32 q, k
+//   and fp32 v, the g scan) into the other of two slots, and start the copies of
+//   the chunk after it (raw) and of the next chunk's T and M;
+// - all eight run P4, with S^T in the accumulators (gdn_state_update.cuh's *_t forms).
+// Per chunk: P1 -> barrier (warps 0-3) -> Delta -> barrier (0-3) -> Delta stored ->
+// CTA barrier -> P3, P4 -> CTA barrier.
+// Invariants: the same products of the same operands, summed in the same order, as
+// gdn_chunked_kernel at every other block width, so a stream's bits do not depend on
+// the block width its batch gets (the invariance check): outputs are bit-identical to
+// the 16-row walk's; R's v - e^G (S0 k) is the same explicit fmaf there and here (left
+// to the compiler, the fusion differed between the two kernels and the invariance check
+// failed on the H200). Every bound as there: chunk_first checked against max_chunks,
+// rows past the stream's end and columns past k_dim / v_dim read as zero.
+#pragma once
+
+template <int KP>
+struct NarrowSmem {
+  static constexpr int VB = 8, KS = KP + 4, VS = 24, CS = kCS;  // VS: [k][n] fragments conflict-free
+  static constexpr int S = 0;                 // [VB][KS] S0, tf32 (the fp32 master is in registers)
+  // in a slot (one chunk's staged operands; two slots):
+  static constexpr int KQ = 0;                // [2C][KS] rows 0..C-1 normalised k, C..2C-1 q (tf32)
+  static constexpr int D = KQ + 2 * kC * KS;  // [C][VS] v, then R, then Delta (fp32)
+  static constexpr int T = D + kC * VS;       // [C][CS] T = (I + A)^-1, lower (fp32, from prep)
+  static constexpr int M = T + kC * CS;       // [C][CS] e^{G_i-G_j} q_i.k_j, j <= i (tf32, from prep)
+  static constexpr int Gm = M + kC * CS;      // [C] e^{G_i}
+  static constexpr int Bt = Gm + kC;          // [C] beta
+  static constexpr int E = Bt + kC;           // [C] e^{G_last - G_j}
+  static constexpr int slot = E + kC;         // floats per slot (a multiple of 4)
+  static constexpr int Slot0 = S + VB * KS;
+  static constexpr int Raw = Slot0 + 2 * slot;  // the raw bf16 q | k | v of the chunk after next
+  // raw, in 16-byte pieces of 8 bf16: q [C][KP], k [C][KP], v [C][VB], then [C] float2 inverse norms
+  static constexpr int QL = KP / 8, QN = kC * QL, VN = kC;
+  static constexpr int RQ = 0, RK = QN, RV = 2 * QN, RN = RV + VN;
+  static constexpr int total = Raw + 4 * RN + 2 * kC;
+  static constexpr size_t bytes = sizeof(float) * total;
+};
+
+template <int KP>
+__global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
+  using namespace detail;
+  using L = NarrowSmem<KP>;
+  constexpr int VB = L::VB, KS = L::KS, VS = L::VS, CS = L::CS;
+  constexpr int NS = kThreads / 2, SW0 = NS / 32;  // the staging threads: warps SW0.. (4-7)
+  using SG = WarpGrid<KP / 16, 1>;                 // P4: this warp's tiles of S^T [KP][VB]
+  static_assert(kThreads == 256 && L::QN % NS == 0 && L::slot % 4 == 0, "tile shapes");
+  extern __shared__ __align__(16) float sm[];
+  float* S_s = sm + L::S;
+  uint4* R_s = reinterpret_cast<uint4*>(sm + L::Raw);
+  struct Slot {
+    float *KQ, *D, *T, *M, *Gm, *Bt, *E;
+  };
+  auto slot_at = [&](int i) {
+    float* b = sm + L::Slot0 + i * L::slot;
+    return Slot{b + L::KQ, b + L::D, b + L::T, b + L::M, b + L::Gm, b + L::Bt, b + L::E};
+  };
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int fg = lane >> 2, ft = lane & 3;  // fragment row group / column
+  const int st = tid - NS;                  // this thread's staging index (negative: a product warp)
+  const GdnParams& p = s.p;
+  const int per_stream = p.num_v_heads * p.blocks;
+  const int ob = blockIdx.x / per_stream;
+  const int rem = blockIdx.x - ob * per_stream;
+  const int h = rem / p.blocks;
+  const int vb = rem - h * p.blocks;
+  const int b = p.order ? p.order[ob] : ob;
+  if (b < 0 || b >= p.batch_size) return;
+  const int kh = h / (p.num_v_heads / p.num_k_heads);
+  const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
+  // this stream's chunks in the prep's T | M (bounded: a bad chunk_first reads nothing)
+  const int c_first = s.list.chunk_first[b];
+  if (c_first < 0 || c_first + (sr.end - sr.begin + kC - 1) / kC > s.list.max_chunks) return;
+  const int v0 = vb * VB;
+  const int vn = min(VB, p.v_dim - v0);  // 8: v_dim is a multiple of 8
+  float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
+
+  const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
+  float Sr[SG::TM][SG::TN][4];
+  gdn_state_load_t(Sr, S_g, v0, vn, p.k_dim, S_s, KS, sm0, sn0, fg, ft);
+  pdl_wait();  // launched as the prep's dependent: its norms, T and M are read below
+
+  const size_t q_off = static_cast<size_t>(kh) * p.k_dim;
+  const size_t k_off = static_cast<size_t>(p.num_k_heads + kh) * p.k_dim;
+  const size_t v_off = static_cast<size_t>(2 * p.num_k_heads) * p.k_dim + static_cast<size_t>(h) * p.v_dim + v0;
+  const size_t out_stride = static_cast<size_t>(p.num_v_heads) * p.v_dim;
+
+  // Staging threads: start the copies of the chunk at row c0 into R_s (zeros past the
+  // stream's end and past k_dim / vn); warp SW0 loads its g and beta (lane = token).
+  float g_next = 0.f, beta_next = 0.f;
+  auto fetch = [&](int c0) {
+    const int n = min(kC, sr.end - c0);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int idx = st; idx < L::QN; idx += NS) {
+      const int tt = idx / L::QL, col = 8 * (idx % L::QL);
+      const uint16_t* row = p.conv_out + static_cast<size_t>(c0 + tt) * p.conv_dim;
+      if (tt < n && col < p.k_dim) {
+        cp_async16(smem_u32(R_s + L::RQ + idx), row + q_off + col);
+        cp_async16(smem_u32(R_s + L::RK + idx), row + k_off + col);
+      } else {
+        R_s[L::RQ + idx] = zero;
+        R_s[L::RK + idx] = zero;
+      }
+    }
+    if (warp == SW0) {  // one v piece per token (lane); padded tokens: v 0, inverse norms 0
+      float2* nr = reinterpret_cast<float2*>(R_s + L::RN) + lane;
+      if (lane < n) {
+        cp_async16(smem_u32(R_s + L::RV + lane), p.conv_out + static_cast<size_t>(c0 + lane) * p.conv_dim + v_off);
+        cp_async8(smem_u32(nr), s.nrm + static_cast<size_t>(kh) * p.total_tokens + c0 + lane);
+      } else {
+        R_s[L::RV + lane] = zero;
+        *nr = make_float2(0.f, 0.f);
+      }
+    }
+    cp_async_commit();
+    if (warp == SW0) {  // padded tokens: g = 0, beta = 0 (no effect)
+      const bool ok = lane < n;
+      const size_t gi = static_cast<size_t>(c0 + (ok ? lane : 0)) * p.num_v_heads + h;
+      g_next = ok ? p.g[gi] : 0.f;
+      beta_next = ok ? p.beta[gi] : 0.f;
+    }
+  };
+
+  // Staging threads: start the copy of chunk c's T and M (prep's, fp32) into slot d.
+  auto fetch_tm = [&](int c, const Slot& d) {
+    const float* src = s.tm + (static_cast<size_t>(c) * p.num_v_heads + h) * kTM;
+    constexpr int PR = kC / 4;  // 16-byte pieces per row
+#pragma unroll
+    for (int idx = st; idx < 2 * kC * PR; idx += NS) {
+      const int mat = idx / (kC * PR), row = (idx / PR) % kC, c4 = 4 * (idx % PR);
+      cp_async16(smem_u32((mat ? d.M : d.T) + row * CS + c4), src + mat * kC * kC + row * kC + c4);
+    }
+    cp_async_commit();
+  };
+
+  // Staging threads: the raw chunk in R_s into slot d: normalised q, k (tf32), v, the
+  // g scan, beta.
+  auto stage = [&](const Slot& d) {
+#pragma unroll
+    for (int idx = st; idx < L::QN; idx += NS) {
+      const int tt = idx / L::QL, col = 8 * (idx % L::QL);
+      store_qk8(R_s[L::RQ + idx], R_s[L::RK + idx], reinterpret_cast<const float2*>(R_s + L::RN)[tt],
+                &d.KQ[(kC + tt) * KS + col], &d.KQ[tt * KS + col]);
+    }
+    if (warp == SW0) {
+      float vf[8];
+      unpack8(R_s[L::RV + lane], vf);
+      *reinterpret_cast<float4*>(&d.D[lane * VS]) = make_float4(vf[0], vf[1], vf[2], vf[3]);
+      *reinterpret_cast<float4*>(&d.D[lane * VS + 4]) = make_float4(vf[4], vf[5], vf[6], vf[7]);
+      const float G = g_scan(g_next);
+      const float G_last = __shfl_sync(0xffffffffu, G, 31);
+      d.Gm[lane] = expf(G);
+      d.E[lane] = expf(G_last - G);
+      d.Bt[lane] = beta_next;
+    }
+  };
+
+  // The product warps 0-3: token tile pa; warps 0-1 the k rows, 2-3 the q rows.
+  const int pa = warp & 1;
+  const bool do_r = warp < 2, do_o = warp >= 2 && warp < 4;  // warp-uniform
+
+  // P1: [K; Q] S0^T (m = tokens, n = the 8 v rows): R = beta (v - e^G S0 k) over v in
+  // d.D, or o = e^G S0 q (kept in registers for P3).
+  auto p1 = [&](const Slot& d, float (&o)[4]) {
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const uint32_t a_row = ldsm_addr(ldsm_a_row(d.KQ + (do_o ? kC : 0) * KS + 16 * pa * KS, KS, lane));
+    const uint32_t b_row = ldsm_addr(ldsm_b2_row(S_s, KS, lane));
+#pragma unroll 4
+    for (int kk = 0; kk < KP; kk += 8) {
+      uint32_t a[4], bs[2];
+      ldsm_x4(a, a_row + 4 * kk);
+      ldsm_x2(bs, b_row + 4 * kk);
+      mma_tf32(acc, a, bs);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 16 * pa + fg + 8 * (e >> 1), v = 2 * ft + (e & 1);
+      const float gm = d.Gm[i];
+      if (do_r) d.D[i * VS + v] = d.Bt[i] * fmaf(-gm, acc[e], d.D[i * VS + v]);  // as gdn_chunked_kernel rounds it
+      else o[e] = acc[e] * gm;
+    }
+  };
+
+  // Delta = T R (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15), in 3xTF32
+  // (hi and lo tf32 parts of both operands: fp32-accurate), into registers.
+  auto delta = [&](const Slot& d, float (&dl)[4]) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dl[e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kC; kk += 8) {
+      if (kk >= 16 * (pa + 1)) break;  // above the diagonal: T is zero there
+      const float* X = d.T + 16 * pa * CS + kk;
+      const float ta[4] = {X[fg * CS + ft], X[(fg + 8) * CS + ft], X[fg * CS + ft + 4], X[(fg + 8) * CS + ft + 4]};
+      uint32_t ahi[4], alo[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        ahi[e] = tf32_bits(ta[e]);
+        alo[e] = tf32_bits(ta[e] - __uint_as_float(ahi[e]));
+      }
+      const float* Y = d.D + kk * VS;
+      const float rb[2] = {Y[ft * VS + fg], Y[(ft + 4) * VS + fg]};
+      uint32_t bhi[2], blo[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        bhi[e] = tf32_bits(rb[e]);
+        blo[e] = tf32_bits(rb[e] - __uint_as_float(bhi[e]));
+      }
+      mma_tf32(dl, alo, bhi);
+      mma_tf32(dl, ahi, blo);
+      mma_tf32(dl, ahi, bhi);
+    }
+  };
+
+  // P3: o += (masked q.k) Delta (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15),
+  // then the chunk's n rows of out.
+  auto p3_out = [&](const Slot& d, float (&o)[4], int t0, int n) {
+#pragma unroll
+    for (int kk = 0; kk < kC; kk += 8) {
+      if (kk >= 16 * (pa + 1)) break;  // above the diagonal: M is zero there
+      uint32_t a[4];
+      load_a_mk(a, d.M + 16 * pa * CS + kk, CS, fg, ft);
+      const float* X = d.D + kk * VS;
+      const uint32_t bd[2] = {tf32_bits(X[ft * VS + fg]), tf32_bits(X[(ft + 4) * VS + fg])};
+      mma_tf32(o, a, bd);
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = 16 * pa + fg + 8 * hr, v = 2 * ft;
+      if (i < n && v < vn)
+        *reinterpret_cast<uint32_t*>(p.out + static_cast<size_t>(t0 + i) * out_stride +
+                                     static_cast<size_t>(h) * p.v_dim + v0 + v) =
+            pack2(o[2 * hr] * p.inv_sqrt_dk, o[2 * hr + 1] * p.inv_sqrt_dk);
+    }
+  };
+
+  if (sr.begin < sr.end) {
+    Slot cur = slot_at(0), nxt = slot_at(1);
+    // the staging warps: the first chunk's raw and T | M, staged into cur; the second
+    // chunk's raw in flight (cp.async groups count per thread: each staging thread
+    // commits the same groups in the same order)
+    if (st >= 0) {
+      fetch(sr.begin);
+      fetch_tm(c_first, cur);
+      cp_async_wait<0>();
+      named_barrier_sync(2, NS);  // every staging thread's copies landed
+      stage(cur);
+      named_barrier_sync(2, NS);  // R_s read
+      if (sr.begin + kC < sr.end) fetch(sr.begin + kC);
+      else cp_async_commit();
+    }
+    __syncthreads();  // cur and the S_s copy visible to every thread
+    for (int t0 = sr.begin, ci = 0; t0 < sr.end; t0 += kC, ++ci) {
+      const int n = min(kC, sr.end - t0);
+      float o[4], dl[4];
+      if (st < 0) {  // this chunk's products. Warps 2-3 pass the two barriers too (they
+                     // wait for Delta anyway): with warps 0-1 alone at them, racecheck
+                     // reported the Delta store against P3's reads as hazards.
+        p1(cur, o);
+        named_barrier_sync(1, NS);  // R complete in cur.D
+        if (do_r) delta(cur, dl);
+        named_barrier_sync(1, NS);  // every read of R done
+        if (do_r)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+            *reinterpret_cast<float2*>(&cur.D[(16 * pa + fg + 8 * hr) * VS + 2 * ft]) =
+                make_float2(dl[2 * hr], dl[2 * hr + 1]);
+      } else {  // the next chunk
+        const bool more = t0 + kC < sr.end;
+        if (more) fetch_tm(c_first + ci + 1, nxt);
+        else cp_async_commit();
+        cp_async_wait<1>();         // the next chunk's raw (its T, M may still fly)
+        named_barrier_sync(2, NS);  // every staging thread's pieces landed
+        if (more) stage(nxt);
+        named_barrier_sync(2, NS);  // R_s read
+        if (t0 + 2 * kC < sr.end) fetch(t0 + 2 * kC);
+        else cp_async_commit();
+      }
+      __syncthreads();  // Delta complete in cur.D; nxt staged
+      if (do_o) p3_out(cur, o, t0, n);
+      // P4: S = e^{G_last} S0 + (e^{G_last-G} Delta)^T K, and S's tf32 copy for P1
+      gdn_state_update_t<SG::TM, SG::TN, kC>(Sr, cur.Gm[kC - 1], cur.E, cur.D, VS, cur.KQ, KS, S_s, KS, sm0, sn0,
+                                             fg, ft);
+      if (st >= 0) cp_async_wait<1>();  // the next chunk's T, M (the raw after it may still fly)
+      __syncthreads();  // S_s complete; nxt's T, M visible; cur free for the chunk after next
+      const Slot t = cur;
+      cur = nxt;
+      nxt = t;
+    }
+  }
+  gdn_state_store_t(Sr, S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
+}
