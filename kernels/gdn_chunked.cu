@@ -232,6 +232,114 @@ struct ChunkRaw {
   static constexpr int Q = 0, K = QN, V = 2 * QN, N = V + VN;  // in 16-byte pieces; N: [C] float2 inverse norms
 };
 
+// What one walk CTA owns, from blockIdx.x (stream-major, then v head, then v block of
+// VB rows): stream b (through p.order), v head h and its k head, rows v0 .. v0 + vn of the
+// state (S_g: the head's [v_dim][k_dim] block), the stream's rows and its first chunk in
+// the prep's T | M, and the offsets of its q, k, v columns in a conv_out row. False: the
+// CTA has nothing to do (an order entry or chunk_first out of range reads nothing).
+struct WalkCta {
+  int b, h, kh, v0, vn, c_first;
+  StreamRows sr;
+  float* S_g;
+  size_t q_off, k_off, v_off, out_stride;
+};
+template <int VB>
+__device__ __forceinline__ bool walk_cta(const ChunkedParams& s, WalkCta& w) {
+  const GdnParams& p = s.p;
+  const int per_stream = p.num_v_heads * p.blocks;
+  const int ob = blockIdx.x / per_stream;
+  const int rem = blockIdx.x - ob * per_stream;
+  w.h = rem / p.blocks;
+  const int vb = rem - w.h * p.blocks;
+  w.b = p.order ? p.order[ob] : ob;
+  if (w.b < 0 || w.b >= p.batch_size) return false;
+  w.kh = w.h / (p.num_v_heads / p.num_k_heads);
+  w.sr = stream_rows(p.cu_seqlens, w.b, p.total_tokens);
+  w.c_first = s.list.chunk_first[w.b];
+  if (w.c_first < 0 || w.c_first + (w.sr.end - w.sr.begin + kC - 1) / kC > s.list.max_chunks) return false;
+  w.v0 = vb * VB;
+  w.vn = min(VB, p.v_dim - w.v0);  // a multiple of 8
+  w.S_g = reinterpret_cast<float*>(p.h_state_ptrs[w.b]) + static_cast<size_t>(w.h) * p.v_dim * p.k_dim;
+  w.q_off = static_cast<size_t>(w.kh) * p.k_dim;
+  w.k_off = static_cast<size_t>(p.num_k_heads + w.kh) * p.k_dim;
+  w.v_off = static_cast<size_t>(2 * p.num_k_heads) * p.k_dim + static_cast<size_t>(w.h) * p.v_dim + w.v0;
+  w.out_stride = static_cast<size_t>(p.num_v_heads) * p.v_dim;
+  return true;
+}
+
+// The walk's per-chunk tile products, shared by both walks (this file's and
+// gdn_walk_narrow.cuh's) so that they sum the same products in the same order. A warp
+// holds token tile pa (16 rows) against v tiles pn .. pn + TN - 1; `active` is
+// warp-uniform (false: the warp skips the product).
+
+// Delta = T R (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15), in 3xTF32 (hi
+// and lo tf32 parts of both operands: fp32-accurate). T [C][kCS] fp32, R [C][ds] fp32.
+template <int TN>
+__device__ __forceinline__ void delta_3xtf32(float (&d)[TN][4], const float* T, const float* R, int ds, int pa,
+                                             int pn, int fg, int ft, bool active) {
+#pragma unroll
+  for (int ni = 0; ni < TN; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[ni][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kC; kk += 8) {
+    if (!active || kk >= 16 * (pa + 1)) break;  // above the diagonal: T is zero there
+    const float* X = T + 16 * pa * kCS + kk;
+    const float ta[4] = {X[fg * kCS + ft], X[(fg + 8) * kCS + ft], X[fg * kCS + ft + 4], X[(fg + 8) * kCS + ft + 4]};
+    uint32_t ahi[4], alo[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      ahi[e] = tf32_bits(ta[e]);
+      alo[e] = tf32_bits(ta[e] - __uint_as_float(ahi[e]));
+    }
+#pragma unroll
+    for (int ni = 0; ni < TN; ++ni) {
+      const float* Y = R + kk * ds + 8 * (pn + ni);
+      const float rb[2] = {Y[ft * ds + fg], Y[(ft + 4) * ds + fg]};
+      uint32_t bhi[2], blo[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        bhi[e] = tf32_bits(rb[e]);
+        blo[e] = tf32_bits(rb[e] - __uint_as_float(bhi[e]));
+      }
+      mma_tf32(d[ni], alo, bhi);
+      mma_tf32(d[ni], ahi, blo);
+      mma_tf32(d[ni], ahi, bhi);
+    }
+  }
+}
+
+// P3: o += (masked q.k) Delta (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15),
+// M [C][kCS] tf32 from the prep, Delta [C][ds] fp32; then the tile's rows below n into
+// out (bf16 of o / sqrt(dk)), at row t0, v head h, v columns v0 .. v0 + vn - 1.
+template <int TN>
+__device__ __forceinline__ void p3_out_tile(float (&o)[TN][4], const float* M, const float* Dl, int ds,
+                                            const GdnParams& p, size_t out_stride, int t0, int n, int h, int v0,
+                                            int vn, int pa, int pn, int fg, int ft, bool active) {
+#pragma unroll
+  for (int kk = 0; kk < kC; kk += 8) {
+    if (!active || kk >= 16 * (pa + 1)) break;  // above the diagonal: M is zero there
+    uint32_t a[4];
+    load_a_mk(a, M + 16 * pa * kCS + kk, kCS, fg, ft);
+#pragma unroll
+    for (int ni = 0; ni < TN; ++ni) {
+      const float* X = Dl + kk * ds + 8 * (pn + ni);
+      const uint32_t bd[2] = {tf32_bits(X[ft * ds + fg]), tf32_bits(X[(ft + 4) * ds + fg])};
+      mma_tf32(o[ni], a, bd);
+    }
+  }
+#pragma unroll
+  for (int ni = 0; ni < TN; ++ni)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = 16 * pa + fg + 8 * hr, v = 8 * (pn + ni) + 2 * ft;
+      if (active && i < n && v < vn)
+        *reinterpret_cast<uint32_t*>(p.out + static_cast<size_t>(t0 + i) * out_stride +
+                                     static_cast<size_t>(h) * p.v_dim + v0 + v) =
+            pack2(o[ni][2 * hr] * p.inv_sqrt_dk, o[ni][2 * hr + 1] * p.inv_sqrt_dk);
+    }
+}
+
 template <int KP, int VB>
 __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams s) {
   using namespace detail;
@@ -260,32 +368,18 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int fg = lane >> 2, ft = lane & 3;  // fragment row group / column
   const GdnParams& p = s.p;
-  const int per_stream = p.num_v_heads * p.blocks;
-  const int ob = blockIdx.x / per_stream;
-  const int rem = blockIdx.x - ob * per_stream;
-  const int h = rem / p.blocks;
-  const int vb = rem - h * p.blocks;
-  const int b = p.order ? p.order[ob] : ob;
-  if (b < 0 || b >= p.batch_size) return;
-  const int kh = h / (p.num_v_heads / p.num_k_heads);
-  const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
-  // this stream's chunks in the prep's T | M (bounded: a bad chunk_first reads nothing)
-  const int c_first = s.list.chunk_first[b];
-  if (c_first < 0 || c_first + (sr.end - sr.begin + kC - 1) / kC > s.list.max_chunks) return;
-  const int v0 = vb * VB;
-  const int vn = min(VB, p.v_dim - v0);  // a multiple of 8
-  float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
+  WalkCta w;
+  if (!walk_cta<VB>(s, w)) return;
+  const int h = w.h, kh = w.kh, v0 = w.v0, vn = w.vn, c_first = w.c_first;
+  const StreamRows sr = w.sr;
 
   // The state: this warp's SG::TM x SG::TN tiles of [VB][KP], fp32.
   const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
   float Sr[SG::TM][SG::TN][4];
-  gdn_state_load(Sr, S_g, v0, vn, p.k_dim, S_s, KS, sm0, sn0, fg, ft);
+  gdn_state_load(Sr, w.S_g, v0, vn, p.k_dim, S_s, KS, sm0, sn0, fg, ft);
   pdl_wait();  // launched as the prep's dependent: its norms, T and M are read below
 
-  const size_t q_off = static_cast<size_t>(kh) * p.k_dim;
-  const size_t k_off = static_cast<size_t>(p.num_k_heads + kh) * p.k_dim;
-  const size_t v_off = static_cast<size_t>(2 * p.num_k_heads) * p.k_dim + static_cast<size_t>(h) * p.v_dim + v0;
-  const size_t out_stride = static_cast<size_t>(p.num_v_heads) * p.v_dim;
+  const size_t q_off = w.q_off, k_off = w.k_off, v_off = w.v_off, out_stride = w.out_stride;
 
   // Starts the copies of the chunk at row c0 into R_s (zeros past the stream's
   // end and past k_dim / vn); warp 0 loads its g and beta (lane = token).
@@ -433,36 +527,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
     // 3xTF32 (hi and lo tf32 parts of both operands: fp32-accurate), then over R in D_s.
     {
       float d[TN1][4];
-#pragma unroll
-      for (int ni = 0; ni < TN1; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) d[ni][e] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < kC; kk += 8) {
-        if (!do_r || kk >= 16 * (pa + 1)) break;  // above the diagonal: T is zero there
-        const float* X = T_s + 16 * pa * CS + kk;
-        const float ta[4] = {X[fg * CS + ft], X[(fg + 8) * CS + ft], X[fg * CS + ft + 4], X[(fg + 8) * CS + ft + 4]};
-        uint32_t ahi[4], alo[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          ahi[e] = tf32_bits(ta[e]);
-          alo[e] = tf32_bits(ta[e] - __uint_as_float(ahi[e]));
-        }
-#pragma unroll
-        for (int ni = 0; ni < TN1; ++ni) {
-          const float* Y = D_s + kk * VS + 8 * (pn + ni);
-          const float rb[2] = {Y[ft * VS + fg], Y[(ft + 4) * VS + fg]};
-          uint32_t bhi[2], blo[2];
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            bhi[e] = tf32_bits(rb[e]);
-            blo[e] = tf32_bits(rb[e] - __uint_as_float(bhi[e]));
-          }
-          mma_tf32(d[ni], alo, bhi);
-          mma_tf32(d[ni], ahi, blo);
-          mma_tf32(d[ni], ahi, bhi);
-        }
-      }
+      delta_3xtf32<TN1>(d, T_s, D_s, VS, pa, pn, fg, ft, do_r);
       __syncthreads();  // every read of R done
       if (do_r) {
 #pragma unroll
@@ -476,29 +541,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
     }
     __syncthreads();  // Delta complete in D_s
 
-    // ---- 4a. P3: o += (masked q.k) Delta (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15)
-#pragma unroll
-    for (int kk = 0; kk < kC; kk += 8) {
-      if (!do_o || kk >= 16 * (pa + 1)) break;  // above the diagonal: M is zero there
-      uint32_t a[4];
-      load_a_mk(a, M_s + 16 * pa * CS + kk, CS, fg, ft);
-#pragma unroll
-      for (int ni = 0; ni < TN1; ++ni) {
-        const float* X = D_s + kk * VS + 8 * (pn + ni);
-        const uint32_t bd[2] = {tf32_bits(X[ft * VS + fg]), tf32_bits(X[(ft + 4) * VS + fg])};
-        mma_tf32(o[ni], a, bd);
-      }
-    }
-#pragma unroll
-    for (int ni = 0; ni < TN1; ++ni)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int i = 16 * pa + fg + 8 * hr, v = 8 * (pn + ni) + 2 * ft;
-        if (do_o && i < n && v < vn)
-          *reinterpret_cast<uint32_t*>(p.out + static_cast<size_t>(t0 + i) * out_stride +
-                                       static_cast<size_t>(h) * p.v_dim + v0 + v) =
-              pack2(o[ni][2 * hr] * p.inv_sqrt_dk, o[ni][2 * hr + 1] * p.inv_sqrt_dk);
-      }
+    // ---- 4a. P3: o += (masked q.k) Delta, and the output
+    p3_out_tile<TN1>(o, M_s, D_s, VS, p, out_stride, t0, n, h, v0, vn, pa, pn, fg, ft, do_o);
 
     // ---- 4b. P4: S = e^{G_last} S0 + (e^{G_last-G} Delta)^T K (m = v rows, n = k_dim, k = tokens)
     gdn_state_update<SG::TM, SG::TN, kC>(Sr, Gm_s[kC - 1], E_s, D_s, VS, KQ_s, KS, S_s, KS, sm0, sn0, fg, ft);
@@ -506,7 +550,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
     __syncthreads();  // the next chunk's staging overwrites KQ_s and D_s, and reads R_s
   }
 
-  gdn_state_store(Sr, S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
+  gdn_state_store(Sr, w.S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
 }
 
 #include "kernels/gdn_walk_narrow.cuh"

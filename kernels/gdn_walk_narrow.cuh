@@ -1,6 +1,6 @@
 // gdn_walk_narrow.cuh: the chunked GDN walk for v blocks of 8 rows (included by
 // gdn_chunked.cu, inside its anonymous namespace: it uses that file's ChunkedParams,
-// kC, kThreads, kCS, kTM and store_qk8). Taken at k_dim over 64 while its CTAs fit
+// WalkCta, kC, kThreads, kCS, kTM and store_qk8). Taken at k_dim over 64 while its CTAs fit
 // two per SM (gdn_chunked.cu's launch_k): few (stream, v head) pairs, as a small
 // model's or one tensor-parallel rank's heads over long streams. Such a walk is a
 // chain of dependent steps, chunk after chunk, and its time is that chain's latency,
@@ -67,31 +67,17 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
   const int fg = lane >> 2, ft = lane & 3;  // fragment row group / column
   const int st = tid - NS;                  // this thread's staging index (negative: a product warp)
   const GdnParams& p = s.p;
-  const int per_stream = p.num_v_heads * p.blocks;
-  const int ob = blockIdx.x / per_stream;
-  const int rem = blockIdx.x - ob * per_stream;
-  const int h = rem / p.blocks;
-  const int vb = rem - h * p.blocks;
-  const int b = p.order ? p.order[ob] : ob;
-  if (b < 0 || b >= p.batch_size) return;
-  const int kh = h / (p.num_v_heads / p.num_k_heads);
-  const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
-  // this stream's chunks in the prep's T | M (bounded: a bad chunk_first reads nothing)
-  const int c_first = s.list.chunk_first[b];
-  if (c_first < 0 || c_first + (sr.end - sr.begin + kC - 1) / kC > s.list.max_chunks) return;
-  const int v0 = vb * VB;
-  const int vn = min(VB, p.v_dim - v0);  // 8: v_dim is a multiple of 8
-  float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
+  WalkCta w;  // (gdn_chunked.cu)
+  if (!walk_cta<VB>(s, w)) return;
+  const int h = w.h, kh = w.kh, v0 = w.v0, vn = w.vn, c_first = w.c_first;  // vn = 8: v_dim % 8 == 0
+  const StreamRows sr = w.sr;
 
   const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
   float Sr[SG::TM][SG::TN][4];
-  gdn_state_load_t(Sr, S_g, v0, vn, p.k_dim, S_s, KS, sm0, sn0, fg, ft);
+  gdn_state_load_t(Sr, w.S_g, v0, vn, p.k_dim, S_s, KS, sm0, sn0, fg, ft);
   pdl_wait();  // launched as the prep's dependent: its norms, T and M are read below
 
-  const size_t q_off = static_cast<size_t>(kh) * p.k_dim;
-  const size_t k_off = static_cast<size_t>(p.num_k_heads + kh) * p.k_dim;
-  const size_t v_off = static_cast<size_t>(2 * p.num_k_heads) * p.k_dim + static_cast<size_t>(h) * p.v_dim + v0;
-  const size_t out_stride = static_cast<size_t>(p.num_v_heads) * p.v_dim;
+  const size_t q_off = w.q_off, k_off = w.k_off, v_off = w.v_off, out_stride = w.out_stride;
 
   // Staging threads: start the copies of the chunk at row c0 into R_s (zeros past the
   // stream's end and past k_dim / vn); warp SW0 loads its g and beta (lane = token).
@@ -170,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
 
   // P1: [K; Q] S0^T (m = tokens, n = the 8 v rows): R = beta (v - e^G S0 k) over v in
   // d.D, or o = e^G S0 q (kept in registers for P3).
-  auto p1 = [&](const Slot& d, float (&o)[4]) {
+  auto p1 = [&](const Slot& d, float (&o)[1][4]) {
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     const uint32_t a_row = ldsm_addr(ldsm_a_row(d.KQ + (do_o ? kC : 0) * KS + 16 * pa * KS, KS, lane));
     const uint32_t b_row = ldsm_addr(ldsm_b2_row(S_s, KS, lane));
@@ -186,62 +172,12 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
       const int i = 16 * pa + fg + 8 * (e >> 1), v = 2 * ft + (e & 1);
       const float gm = d.Gm[i];
       if (do_r) d.D[i * VS + v] = d.Bt[i] * fmaf(-gm, acc[e], d.D[i * VS + v]);  // as gdn_chunked_kernel rounds it
-      else o[e] = acc[e] * gm;
+      else o[0][e] = acc[e] * gm;
     }
   };
 
-  // Delta = T R (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15), in 3xTF32
-  // (hi and lo tf32 parts of both operands: fp32-accurate), into registers.
-  auto delta = [&](const Slot& d, float (&dl)[4]) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dl[e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kC; kk += 8) {
-      if (kk >= 16 * (pa + 1)) break;  // above the diagonal: T is zero there
-      const float* X = d.T + 16 * pa * CS + kk;
-      const float ta[4] = {X[fg * CS + ft], X[(fg + 8) * CS + ft], X[fg * CS + ft + 4], X[(fg + 8) * CS + ft + 4]};
-      uint32_t ahi[4], alo[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        ahi[e] = tf32_bits(ta[e]);
-        alo[e] = tf32_bits(ta[e] - __uint_as_float(ahi[e]));
-      }
-      const float* Y = d.D + kk * VS;
-      const float rb[2] = {Y[ft * VS + fg], Y[(ft + 4) * VS + fg]};
-      uint32_t bhi[2], blo[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        bhi[e] = tf32_bits(rb[e]);
-        blo[e] = tf32_bits(rb[e] - __uint_as_float(bhi[e]));
-      }
-      mma_tf32(dl, alo, bhi);
-      mma_tf32(dl, ahi, blo);
-      mma_tf32(dl, ahi, bhi);
-    }
-  };
-
-  // P3: o += (masked q.k) Delta (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15),
-  // then the chunk's n rows of out.
-  auto p3_out = [&](const Slot& d, float (&o)[4], int t0, int n) {
-#pragma unroll
-    for (int kk = 0; kk < kC; kk += 8) {
-      if (kk >= 16 * (pa + 1)) break;  // above the diagonal: M is zero there
-      uint32_t a[4];
-      load_a_mk(a, d.M + 16 * pa * CS + kk, CS, fg, ft);
-      const float* X = d.D + kk * VS;
-      const uint32_t bd[2] = {tf32_bits(X[ft * VS + fg]), tf32_bits(X[(ft + 4) * VS + fg])};
-      mma_tf32(o, a, bd);
-    }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int i = 16 * pa + fg + 8 * hr, v = 2 * ft;
-      if (i < n && v < vn)
-        *reinterpret_cast<uint32_t*>(p.out + static_cast<size_t>(t0 + i) * out_stride +
-                                     static_cast<size_t>(h) * p.v_dim + v0 + v) =
-            pack2(o[2 * hr] * p.inv_sqrt_dk, o[2 * hr + 1] * p.inv_sqrt_dk);
-    }
-  };
-
+  // Delta and P3 + the output: gdn_chunked.cu's delta_3xtf32 and p3_out_tile, as the
+  // 16-row walk runs them.
   if (sr.begin < sr.end) {
     Slot cur = slot_at(0), nxt = slot_at(1);
     // the staging warps: the first chunk's raw and T | M, staged into cur; the second
@@ -260,19 +196,19 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
     __syncthreads();  // cur and the S_s copy visible to every thread
     for (int t0 = sr.begin, ci = 0; t0 < sr.end; t0 += kC, ++ci) {
       const int n = min(kC, sr.end - t0);
-      float o[4], dl[4];
+      float o[1][4], dl[1][4];
       if (st < 0) {  // this chunk's products. Warps 2-3 pass the two barriers too (they
                      // wait for Delta anyway): with warps 0-1 alone at them, racecheck
                      // reported the Delta store against P3's reads as hazards.
         p1(cur, o);
         named_barrier_sync(1, NS);  // R complete in cur.D
-        if (do_r) delta(cur, dl);
+        if (do_r) delta_3xtf32<1>(dl, cur.T, cur.D, VS, pa, 0, fg, ft, true);
         named_barrier_sync(1, NS);  // every read of R done
         if (do_r)
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr)
             *reinterpret_cast<float2*>(&cur.D[(16 * pa + fg + 8 * hr) * VS + 2 * ft]) =
-                make_float2(dl[2 * hr], dl[2 * hr + 1]);
+                make_float2(dl[0][2 * hr], dl[0][2 * hr + 1]);
       } else {  // the next chunk
         const bool more = t0 + kC < sr.end;
         if (more) fetch_tm(c_first + ci + 1, nxt);
@@ -285,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
         else cp_async_commit();
       }
       __syncthreads();  // Delta complete in cur.D; nxt staged
-      if (do_o) p3_out(cur, o, t0, n);
+      if (do_o) p3_out_tile<1>(o, cur.M, cur.D, VS, p, out_stride, t0, n, h, v0, vn, pa, 0, fg, ft, true);
       // P4: S = e^{G_last} S0 + (e^{G_last-G} Delta)^T K, and S's tf32 copy for P1
       gdn_state_update_t<SG::TM, SG::TN, kC>(Sr, cur.Gm[kC - 1], cur.E, cur.D, VS, cur.KQ, KS, S_s, KS, sm0, sn0,
                                              fg, ft);
@@ -296,5 +232,5 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
       nxt = t;
     }
   }
-  gdn_state_store_t(Sr, S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
+  gdn_state_store_t(Sr, w.S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
 }
