@@ -36,7 +36,7 @@ struct NarrowSmem {
   static constexpr int E = Bt + kC;           // [C] e^{G_last - G_j}
   static constexpr int slot = E + kC;         // floats per slot (a multiple of 4)
   static constexpr int Slot0 = S + VB * KS;
-  static constexpr int Raw = Slot0 + 2 * slot;  // the raw bf16 q | k | v of the chunk after next
+  static constexpr int Raw = Slot0 + 2 * slot;  // the raw bf16 q | k | v of the next chunk not yet staged
   // raw, in 16-byte pieces of 8 bf16: q [C][KP], k [C][KP], v [C][VB], then [C] float2 inverse norms
   static constexpr int QL = KP / 8, QN = kC * QL, VN = kC;
   static constexpr int RQ = 0, RK = QN, RV = 2 * QN, RN = RV + VN;
