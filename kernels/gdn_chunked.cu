@@ -238,7 +238,7 @@ struct ChunkRaw {
 // the prep's T | M, and the offsets of its q, k, v columns in a conv_out row. False: the
 // CTA has nothing to do (an order entry or chunk_first out of range reads nothing).
 struct WalkCta {
-  int b, h, kh, v0, vn, c_first;
+  int h, kh, v0, vn, c_first;
   StreamRows sr;
   float* S_g;
   size_t q_off, k_off, v_off, out_stride;
@@ -251,15 +251,15 @@ __device__ __forceinline__ bool walk_cta(const ChunkedParams& s, WalkCta& w) {
   const int rem = blockIdx.x - ob * per_stream;
   w.h = rem / p.blocks;
   const int vb = rem - w.h * p.blocks;
-  w.b = p.order ? p.order[ob] : ob;
-  if (w.b < 0 || w.b >= p.batch_size) return false;
+  const int b = p.order ? p.order[ob] : ob;
+  if (b < 0 || b >= p.batch_size) return false;
   w.kh = w.h / (p.num_v_heads / p.num_k_heads);
-  w.sr = stream_rows(p.cu_seqlens, w.b, p.total_tokens);
-  w.c_first = s.list.chunk_first[w.b];
+  w.sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
+  w.c_first = s.list.chunk_first[b];
   if (w.c_first < 0 || w.c_first + (w.sr.end - w.sr.begin + kC - 1) / kC > s.list.max_chunks) return false;
   w.v0 = vb * VB;
   w.vn = min(VB, p.v_dim - w.v0);  // a multiple of 8
-  w.S_g = reinterpret_cast<float*>(p.h_state_ptrs[w.b]) + static_cast<size_t>(w.h) * p.v_dim * p.k_dim;
+  w.S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(w.h) * p.v_dim * p.k_dim;
   w.q_off = static_cast<size_t>(w.kh) * p.k_dim;
   w.k_off = static_cast<size_t>(p.num_k_heads + w.kh) * p.k_dim;
   w.v_off = static_cast<size_t>(2 * p.num_k_heads) * p.k_dim + static_cast<size_t>(w.h) * p.v_dim + w.v0;

@@ -51,16 +51,22 @@ __device__ __forceinline__ void gdn_state_store(const float (&Sr)[TM][TN][4], fl
   });
 }
 
-template <int TM, int TN, int kC>
-__device__ __forceinline__ void gdn_state_update(float (&Sr)[TM][TN][4], float g_last_exp, const float* E,
-                                                 const float* D, int ds, const float* K, int ks, float* S_s, int ss,
-                                                 int sm0, int sn0, int fg, int ft) {
+// Sr *= g: the chunk's decay e^{G_last} of every accumulator (either form).
+template <int TM, int TN>
+__device__ __forceinline__ void scale_state(float (&Sr)[TM][TN][4], float g) {
 #pragma unroll
   for (int mi = 0; mi < TM; ++mi)
 #pragma unroll
     for (int ni = 0; ni < TN; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) Sr[mi][ni][e] *= g_last_exp;
+      for (int e = 0; e < 4; ++e) Sr[mi][ni][e] *= g;
+}
+
+template <int TM, int TN, int kC>
+__device__ __forceinline__ void gdn_state_update(float (&Sr)[TM][TN][4], float g_last_exp, const float* E,
+                                                 const float* D, int ds, const float* K, int ks, float* S_s, int ss,
+                                                 int sm0, int sn0, int fg, int ft) {
+  scale_state(Sr, g_last_exp);
 #pragma unroll
   for (int kk = 0; kk < kC; kk += 8) {
     const float e0 = E[kk + ft], e1 = E[kk + ft + 4];
@@ -129,12 +135,7 @@ template <int TM, int TN, int kC>
 __device__ __forceinline__ void gdn_state_update_t(float (&Sr)[TM][TN][4], float g_last_exp, const float* E,
                                                    const float* D, int ds, const float* K, int ks, float* S_s, int ss,
                                                    int sm0, int sn0, int fg, int ft) {
-#pragma unroll
-  for (int mi = 0; mi < TM; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < TN; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) Sr[mi][ni][e] *= g_last_exp;
+  scale_state(Sr, g_last_exp);
 #pragma unroll
   for (int kk = 0; kk < kC; kk += 8) {
     const float e0 = E[kk + ft], e1 = E[kk + ft + 4];
