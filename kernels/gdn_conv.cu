@@ -61,6 +61,14 @@ __device__ __forceinline__ int find_stream(const ConvParams& p, int r, detail::S
   *rows = stream_rows(p.cu_seqlens, b, p.total_tokens);
   return r < rows->end ? b : -1;
 }
+
+// SiLU, the one formula of every conv kernel: u / (1 + e^-u) on the special function
+// unit (__expf: ex2.approx, 2 + 1.17 |u| fp32 ulps; __fdividef: rcp.approx, 2 ulps;
+// 0 where 1 + e^-u > 2^126, i.e. u < -87.3, where the exact value is below 1e-35),
+// against the bf16 rounding that follows, 2^16 fp32 ulps wide. The accurate expf and
+// the IEEE divide made the stage kernel issue-bound at 58% of DRAM bandwidth; this
+// form runs it at 77-83% (kernels/PERF-NOTES.md, "conv1d v5"; docs/TOLERANCES.md).
+__device__ __forceinline__ float conv_silu(float u) { return __fdividef(u, 1.f + __expf(-u)); }
 // host-emulated: end
 
 // Version 2: one thread per (row, VEC channels); the d_conv window rows are
@@ -127,7 +135,7 @@ __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_kernel(ConvParams
   }
   float y[VEC];
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) y[e] = u[e] / (1.f + expf(-u[e]));  // silu
+  for (int e = 0; e < VEC; ++e) y[e] = conv_silu(u[e]);
   uint16_t* op = p.conv_out + static_cast<size_t>(r) * p.conv_dim + c0;
   if constexpr (VEC == 8) {
     uint4 o;
@@ -188,7 +196,7 @@ __global__ void __launch_bounds__(ConvConfig::kThreads) conv1d_window_kernel(Con
 #pragma unroll
       for (int j = 0; j < kHist; ++j) u = fmaf(wt[e * DC + j], win[j][e], u);
       u = fmaf(wt[e * DC + kHist], xin[e], u);
-      y[e] = u / (1.f + expf(-u));  // silu
+      y[e] = conv_silu(u);
     }
     uint4 o;
     o.x = pack2(y[0], y[1]);
@@ -308,8 +316,8 @@ __device__ __forceinline__ float opaque(float v) {
 // and in order (one commit group per row; the group of row i is the i-th), so
 // wait_group<kStages - 2> always means "row i has landed". The arithmetic per
 // output is the window kernel's: u = 0; u = fmaf(w[j], x[r - hist + j], u) for
-// j = 0 .. DC-1; y = u / (1 + expf(-u)); round to bf16: bit-identical to it and
-// to the row kernel.
+// j = 0 .. DC-1; y = conv_silu(u); round to bf16: bit-identical to it and to the
+// row kernel.
 template <int DC, int V>
 __global__ void __launch_bounds__(ConvConfig::kThreads, V == 4 ? ConvConfig::kStageMinBlocks : 2)
     conv1d_stage_kernel(ConvParams p, int run) {
@@ -371,7 +379,7 @@ __global__ void __launch_bounds__(ConvConfig::kThreads, V == 4 ? ConvConfig::kSt
 #pragma unroll
       for (int j = 0; j < kHist; ++j) u = fmaf(wt[e * DC + j], win[j][e], u);
       u = fmaf(wt[e * DC + kHist], xin[e], u);
-      y[e] = u / (1.f + expf(-u));  // silu, the window kernel's formula
+      y[e] = conv_silu(u);
     }
     Vec o;
     pack_v(y, &o);

@@ -39,6 +39,10 @@ inline float __uint_as_float(uint32_t u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+// The SFU forms of conv_silu, as their exact counterparts: this test checks the
+// kernel's walk and ring, not its rounding (the reference checks that).
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float a, float b) { return a / b; }
 template <class T>
 void __stcs(T* p, T v) {
   *p = v;
