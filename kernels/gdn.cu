@@ -76,16 +76,11 @@ __global__ void __launch_bounds__(GdnConfig::kWarps * 32, (GdnTile<KP, StateRegs
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = lane >> 3, sub = lane & 7;
-  const int per_stream = p.num_v_heads * p.blocks;
-  const int ob = blockIdx.x / per_stream;
-  const int rem = blockIdx.x - ob * per_stream;
-  const int h = rem / p.blocks;
-  const int rb = rem - h * p.blocks;
-  const int b = p.order ? p.order[ob] : ob;
-  if (b < 0 || b >= p.batch_size) return;
-  const int kh = h / (p.num_v_heads / p.num_k_heads);
-  const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
-  float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * p.v_dim * p.k_dim;
+  GdnCtaHead head;
+  if (!gdn_cta_head(p, head)) return;
+  const int h = head.h, rb = head.vb, kh = head.kh;
+  const StreamRows sr = head.sr;
+  float* S_g = head.S_g;
 
   const int row_base = warp * Tile::kRowsPerWarp + grp * RPL;  // local row of rr = 0
   float4 S[RPL][NC4];

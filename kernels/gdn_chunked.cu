@@ -232,11 +232,11 @@ struct ChunkRaw {
   static constexpr int Q = 0, K = QN, V = 2 * QN, N = V + VN;  // in 16-byte pieces; N: [C] float2 inverse norms
 };
 
-// What one walk CTA owns, from blockIdx.x (stream-major, then v head, then v block of
-// VB rows): stream b (through p.order), v head h and its k head, rows v0 .. v0 + vn of the
-// state (S_g: the head's [v_dim][k_dim] block), the stream's rows and its first chunk in
-// the prep's T | M, and the offsets of its q, k, v columns in a conv_out row. False: the
-// CTA has nothing to do (an order entry or chunk_first out of range reads nothing).
+// What one walk CTA owns (gdn_cta_head, gdn_params.cuh, with v blocks of VB rows): v head
+// h and its k head, rows v0 .. v0 + vn of the state (S_g: the head's [v_dim][k_dim]
+// block), the stream's rows and its first chunk in the prep's T | M, and the offsets of
+// its q, k, v columns in a conv_out row. False: the CTA has nothing to do (an order entry
+// or chunk_first out of range reads nothing).
 struct WalkCta {
   int h, kh, v0, vn, c_first;
   StreamRows sr;
@@ -246,20 +246,16 @@ struct WalkCta {
 template <int VB>
 __device__ __forceinline__ bool walk_cta(const ChunkedParams& s, WalkCta& w) {
   const GdnParams& p = s.p;
-  const int per_stream = p.num_v_heads * p.blocks;
-  const int ob = blockIdx.x / per_stream;
-  const int rem = blockIdx.x - ob * per_stream;
-  w.h = rem / p.blocks;
-  const int vb = rem - w.h * p.blocks;
-  const int b = p.order ? p.order[ob] : ob;
-  if (b < 0 || b >= p.batch_size) return false;
-  w.kh = w.h / (p.num_v_heads / p.num_k_heads);
-  w.sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
-  w.c_first = s.list.chunk_first[b];
+  GdnCtaHead head;
+  if (!gdn_cta_head(p, head)) return false;
+  w.h = head.h;
+  w.kh = head.kh;
+  w.sr = head.sr;
+  w.c_first = s.list.chunk_first[head.b];
   if (w.c_first < 0 || w.c_first + (w.sr.end - w.sr.begin + kC - 1) / kC > s.list.max_chunks) return false;
-  w.v0 = vb * VB;
+  w.v0 = head.vb * VB;
   w.vn = min(VB, p.v_dim - w.v0);  // a multiple of 8
-  w.S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(w.h) * p.v_dim * p.k_dim;
+  w.S_g = head.S_g;
   w.q_off = static_cast<size_t>(w.kh) * p.k_dim;
   w.k_off = static_cast<size_t>(p.num_k_heads + w.kh) * p.k_dim;
   w.v_off = static_cast<size_t>(2 * p.num_k_heads) * p.k_dim + static_cast<size_t>(w.h) * p.v_dim + w.v0;

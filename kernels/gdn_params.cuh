@@ -1,11 +1,15 @@
-// gdn_params.cuh: the device-side parameters of both gated-delta-rule kernels
-// (the token kernel, gdn.cu, and the chunked one, gdn_chunked.cu), filled in one
-// place from a launch's GdnArgs. `blocks` (CTAs per (stream, v head)) is each
-// kernel's own split of v_dim, set by its launcher.
+// gdn_params.cuh: the device-side parameters of the gated-delta-rule kernels
+// (the token kernel, gdn.cu, the chunked walks, gdn_chunked.cu, and the split's
+// scan, gdn_split.cu), filled in one place from a launch's GdnArgs, and the one
+// decode of a state-walking CTA's blockIdx that all three share. `blocks` (CTAs
+// per (stream, v head)) is each kernel's own split of v_dim, set by its launcher.
+// Invariant: the stream index comes through `order` and is bounded by batch_size
+// before anything of the stream is read.
 #pragma once
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/common.cuh"
 #include "kernels/kernels.h"
 
 namespace pb::kernels {
@@ -44,6 +48,29 @@ inline GdnParams gdn_params(const GdnArgs& a) {
   p.beta = a.beta;
   p.out = reinterpret_cast<uint16_t*>(a.out);
   return p;
+}
+
+// What one CTA of a state walk owns, from blockIdx.x (stream-major through p.order,
+// then v head, then block of v rows): stream b, v head h and its k head kh, block vb
+// of p.blocks, the stream's rows, and the head's [v_dim][k_dim] fp32 state S_g.
+struct GdnCtaHead {
+  int b, h, kh, vb;
+  detail::StreamRows sr;
+  float* S_g;
+};
+// False: the order entry names no stream of the batch (the CTA has nothing to do).
+__device__ __forceinline__ bool gdn_cta_head(const GdnParams& p, GdnCtaHead& c) {
+  const int per_stream = p.num_v_heads * p.blocks;
+  const int ob = blockIdx.x / per_stream;
+  const int rem = blockIdx.x - ob * per_stream;
+  c.h = rem / p.blocks;
+  c.vb = rem - c.h * p.blocks;
+  c.b = p.order ? p.order[ob] : ob;
+  if (c.b < 0 || c.b >= p.batch_size) return false;
+  c.kh = c.h / (p.num_v_heads / p.num_k_heads);
+  c.sr = detail::stream_rows(p.cu_seqlens, c.b, p.total_tokens);
+  c.S_g = reinterpret_cast<float*>(p.h_state_ptrs[c.b]) + static_cast<size_t>(c.h) * p.v_dim * p.k_dim;
+  return true;
 }
 
 }  // namespace pb::kernels

@@ -210,19 +210,15 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_scan(SplitParams s) {
   static_assert((DT == 4 || DT == 8) && KP % 32 == 0, "tile shapes");
   const GdnParams& p = s.p;
   const int dk = p.k_dim, dv = p.v_dim;
-  const int per_stream = p.num_v_heads * p.blocks;
-  const int ob = blockIdx.x / per_stream;
-  const int rem = blockIdx.x - ob * per_stream;
-  const int h = rem / p.blocks, vblk = rem - h * p.blocks;
-  const int b = p.order ? p.order[ob] : ob;
-  if (b < 0 || b >= p.batch_size) return;
-  const int kh = h / (p.num_v_heads / p.num_k_heads);
-  const StreamRows sr = stream_rows(p.cu_seqlens, b, p.total_tokens);
+  GdnCtaHead head;
+  if (!gdn_cta_head(p, head)) return;
+  const int h = head.h, vblk = head.vb, kh = head.kh;
+  const StreamRows sr = head.sr;
   const int v0 = vblk * VB, vn = min(VB, dv - v0);  // vn: a multiple of 8
   extern __shared__ __align__(16) float sm[];
   float* S_s = sm + L::S;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, fg = lane >> 2, ft = lane & 3;
-  float* S_g = reinterpret_cast<float*>(p.h_state_ptrs[b]) + static_cast<size_t>(h) * dv * dk;
+  float* S_g = head.S_g;
 
   // The state: this warp's SG::TM x SG::TN tiles of [VB][KP], fp32 (zero past vn, dk).
   const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
