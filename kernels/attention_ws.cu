@@ -4,8 +4,9 @@
 // entry is one work item (stream, q-tile) and one kv head, 128 query vectors
 // (heads packed into M), as in version 3.
 //   warpgroup 0, producer (setmaxnreg down to 40): one warp loads K and V tiles
-//     through the stream's block table into an S-stage shared-memory ring, K and
-//     V with their own full/empty mbarriers. An in-bound tile whose pieces lie
+//     through the stream's block table into two shared-memory rings (K's a stage
+//     deeper: K of tile k is asked for before V of tile k - 1, the consumers'
+//     order), each stage with its own full/empty mbarriers. An in-bound tile whose pieces lie
 //     in valid blocks goes by TMA (one box per cache block piece and 64-dim
 //     slab, 128-byte swizzle, completion counted in bytes on the full barrier);
 //     a tile crossing the causal bound or with a bad block id goes by cp.async
@@ -44,34 +45,41 @@ struct WsConfig {
   static constexpr int kConsumerRegs = 232;
 };
 
-// Per-head-dim traits: keys per K/V tile, ring depth, Q buffers. Shared memory:
-// QB x Q [D/64][128][64] + K and V rings [S][D/64][N][64] bf16 + 4 S + 2 QB
-// mbarriers (+ 1 KB to align the base to a swizzle atom). With two Q buffers the
-// producer loads the next item's Q by TMA while the consumers work on this one;
-// d256 has room for one (Q 64 KB + two stages of K and V 128 KB), which its
-// consumers load themselves, and keeps N = 64; the consumers' registers (O 128,
+// Per-head-dim traits: keys per K/V tile, ring depths, Q buffers. Shared memory:
+// QB x Q [D/64][128][64] + a K ring [SK][D/64][N][64] and a V ring [SV][...] bf16 +
+// 2 SK + 2 SV + 2 QB mbarriers (+ 1 KB to align the base to a swizzle atom). K is
+// consumed a tile ahead of V (S of tile k is issued with P V of tile k - 1), so K's
+// ring is the deeper one: a K tile is asked for SK tiles before its S. With two Q
+// buffers the producer loads the next item's Q by TMA while the consumers work on
+// this one; d256 has room for one (Q 64 KB + three K and two V stages 160 KB), which
+// its consumers load themselves, and keeps N = 64; the consumers' registers (O 128,
 // S 32, P 16 per thread) fit 232.
-template <int D_, int BlockN, int Stages, int QBuffers>
+template <int D_, int BlockN, int KStages, int VStages, int QBuffers>
 struct WsTraits {
   static constexpr int D = D_;
   static constexpr int kBlockN = BlockN;
-  static constexpr int kStages = Stages;
+  static constexpr int kKStages = KStages;
+  static constexpr int kVStages = VStages;
   static constexpr int kQBuffers = QBuffers;  // 2: the producer loads the next item's Q during this one
+  // O's rescale in the turn, between a tile's S and P V issues (under the S wgmma, as
+  // FlashAttention-3 orders it), rather than after the softmax: measured faster at
+  // d64 / d128 and slower at d256, whose S (N = 64) is too short to hide 128 FMULs.
+  static constexpr bool kRescaleInTurn = D_ <= 128;
   static constexpr int kBlockM = WsConfig::kBlockM;
   static constexpr uint32_t kQBytes = kBlockM * D * 2;
   static constexpr uint32_t kTileBytes = kBlockN * D * 2;
-  static constexpr uint32_t kBarOffset = kQBuffers * kQBytes + 2 * kStages * kTileBytes;
-  static constexpr int kBarriers = 4 * kStages + 2 * kQBuffers;
+  static constexpr uint32_t kBarOffset = kQBuffers * kQBytes + (kKStages + kVStages) * kTileBytes;
+  static constexpr int kBarriers = 2 * (kKStages + kVStages) + 2 * kQBuffers;
   static constexpr size_t kSmemBytes = kBarOffset + kBarriers * 8 + 1024;
   static_assert(D == 64 || D == 128 || D == 256, "P V is one m64nDk16 wgmma per k-step");
   static_assert(kBlockN == 64 || kBlockN == 128, "S is one m64nNk16 wgmma per k-step");
-  static_assert(kStages >= 2, "K of tile k + 1 loads while tile k is in use");
+  static_assert(kKStages >= 2 && kVStages >= 2, "tile k + 1 loads while tile k is in use");
   static_assert(kQBuffers == 1 || kQBuffers == 2, "one Q buffer (loaded by the consumers) or two (by the producer)");
   static_assert(kSmemBytes <= 227 * 1024, "fits an H200 SM's shared memory");
 };
-using WsD64 = WsTraits<64, 128, 3, 2>;
-using WsD128 = WsTraits<128, 128, 2, 2>;
-using WsD256 = WsTraits<256, 64, 2, 1>;
+using WsD64 = WsTraits<64, 128, 4, 3, 2>;
+using WsD128 = WsTraits<128, 128, 3, 2, 2>;
+using WsD256 = WsTraits<256, 64, 3, 2, 1>;
 
 namespace {
 
@@ -221,7 +229,7 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
   constexpr int D = Tr::D;
   constexpr int M = Tr::kBlockM;
   constexpr int N = Tr::kBlockN;
-  constexpr int S = Tr::kStages;
+  constexpr int SK = Tr::kKStages, SV = Tr::kVStages;
   constexpr int CH = D / 8;  // 16-byte chunks per head row
   constexpr int KSTEPS = D / 16;
   constexpr int NT_S = N / 8;
@@ -232,15 +240,19 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   constexpr int QB = Tr::kQBuffers;
   const uint32_t q_base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // [QB][D/64][M][64]
-  const uint32_t k_base = q_base + QB * Tr::kQBytes;               // [S][D/64][N][64]
-  const uint32_t v_base = k_base + S * kTileBytes;
+  const uint32_t k_base = q_base + QB * Tr::kQBytes;               // [SK][D/64][N][64]
+  const uint32_t v_base = k_base + SK * kTileBytes;                // [SV][D/64][N][64]
   const uint32_t bar_base = q_base + Tr::kBarOffset;
+  // Tile i (counted across items) sits in K stage i % SK and V stage i % SV, in phase
+  // (i / stages) & 1 of that stage's barriers.
+  auto stage_of = [](int which, uint32_t i) { return static_cast<int>(i % (which == 0 ? SK : SV)); };
+  auto phase_of = [](int which, uint32_t i) { return (i / (which == 0 ? SK : SV)) & 1u; };
   // full_k[s], full_v[s]: the producer's arrival + TMA bytes; empty_k[s], empty_v[s]: one per consumer warp.
-  auto full_bar = [&](int which, int s) { return bar_base + 8u * (which * S + s); };
-  auto empty_bar = [&](int which, int s) { return bar_base + 8u * ((2 + which) * S + s); };
+  auto full_bar = [&](int which, int s) { return bar_base + 8u * (which * SK + s); };
+  auto empty_bar = [&](int which, int s) { return bar_base + 8u * (SK + SV + which * SK + s); };
   // q_full[b]: the producer's Q boxes of buffer b (q_tma); q_empty[b]: one per consumer warp, after its epilogue.
-  auto q_full = [&](int b) { return bar_base + 8u * (4 * S + b); };
-  auto q_empty = [&](int b) { return bar_base + 8u * (4 * S + QB + b); };
+  auto q_full = [&](int b) { return bar_base + 8u * (2 * (SK + SV) + b); };
+  auto q_empty = [&](int b) { return bar_base + 8u * (2 * (SK + SV) + QB + b); };
   const bool q_tma = QB == 2 && p.q_tma != 0;
 
   const int tid = threadIdx.x;
@@ -248,8 +260,8 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
   const int wg = warp >> 2;
 
   if (tid == 0) {
-    for (int s = 0; s < S; ++s)
-      for (int which = 0; which < 2; ++which) {
+    for (int which = 0; which < 2; ++which)
+      for (int s = 0; s < (which == 0 ? SK : SV); ++s) {
         mbar_init(full_bar(which, s), 1);
         mbar_init(empty_bar(which, s), 4 * WsConfig::kConsumers);
       }
@@ -300,10 +312,55 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
       }
       ++nq;
       const size_t head_off = static_cast<size_t>(w.kvh) * D;
+      // Tile i of the running count, keys j0 .. j0 + N - 1, into its K (which 0) or V
+      // stage: by TMA (blk, off: this lane's piece) or by cp.async.
+      auto load = [&](int which, uint32_t i, int j0, bool tma, int blk, int off) {
+        const int st = stage_of(which, i);
+        mbar_wait(empty_bar(which, st), phase_of(which, i) ^ 1u);
+        const uint32_t dst = (which == 0 ? k_base : v_base) + st * kTileBytes;
+        const uint32_t bar = full_bar(which, st);
+        if (tma) {
+          if (lane == 0) mbar_arrive_expect_tx(bar, kTileBytes);
+          __syncwarp();
+          if (lane < pieces) {
+            const CUtensorMap* map = which == 0 ? &k_map : &v_map;
+#pragma unroll
+            for (int slab = 0; slab < D / 64; ++slab)
+              tma_load_4d(dst + slab * (N * 128) + lane * (R * 128), map, slab * 64, w.kvh, off, blk, bar);
+          }
+        } else {
+          const uint16_t* cache = which == 0 ? p.k_cache : p.v_cache;
+#pragma unroll 4
+          for (int idx = lane; idx < N * CH; idx += 32) {
+            const int row = idx / CH, ch = idx % CH;
+            const uint32_t d = dst + slab_off<N>(row, ch);
+            const int j = j0 + row;
+            if (j > w.bound_hi) {
+              st_shared16(d, 0u);
+              continue;
+            }
+            const int bi = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
+            const int bk = bi <= p.max_blocks_per_seq ? __ldg(w.table + bi) : -1;
+            if (bk < 0 || bk >= p.num_blocks) {
+              st_shared16(d, 0x7fc07fc0u);
+            } else {
+              const size_t slot = static_cast<size_t>(bk) * p.block_size + (j - bi * p.block_size);
+              cp_async16(d, cache + slot * kv_row_stride + head_off + ch * 8);
+            }
+          }
+          cp_async_commit();
+          cp_async_wait<0>();
+          fence_proxy_async();  // this lane's writes -> visible to the consumers' wgmma (async proxy)
+          __syncwarp();
+          if (lane == 0) mbar_arrive(bar);
+        }
+      };
+      // In the consumers' order: K of tile kt, then V of tile kt - 1 (its P V is issued
+      // with tile kt's S), then V of the last tile.
+      bool ptma = false;
+      int pblk = 0, poff = 0;
 #pragma unroll 1
       for (int kt = 0; kt < w.num_tiles; ++kt, ++it) {
-        const int st = it % S;
-        const uint32_t ph = (it / S) & 1;
         const int j0 = kt * N;
         // TMA when the whole tile is in bound and every piece's block id is valid.
         bool tma = false;
@@ -319,48 +376,13 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
           }
           tma = __all_sync(0xffffffffu, ok) != 0;
         }
-#pragma unroll 1
-        for (int which = 0; which < 2; ++which) {
-          mbar_wait(empty_bar(which, st), ph ^ 1u);
-          const uint32_t dst = (which == 0 ? k_base : v_base) + st * kTileBytes;
-          const uint32_t bar = full_bar(which, st);
-          if (tma) {
-            if (lane == 0) mbar_arrive_expect_tx(bar, kTileBytes);
-            __syncwarp();
-            if (lane < pieces) {
-              const CUtensorMap* map = which == 0 ? &k_map : &v_map;
-#pragma unroll
-              for (int slab = 0; slab < D / 64; ++slab)
-                tma_load_4d(dst + slab * (N * 128) + lane * (R * 128), map, slab * 64, w.kvh, off, blk, bar);
-            }
-          } else {
-            const uint16_t* cache = which == 0 ? p.k_cache : p.v_cache;
-#pragma unroll 4
-            for (int idx = lane; idx < N * CH; idx += 32) {
-              const int row = idx / CH, ch = idx % CH;
-              const uint32_t d = dst + slab_off<N>(row, ch);
-              const int j = j0 + row;
-              if (j > w.bound_hi) {
-                st_shared16(d, 0u);
-                continue;
-              }
-              const int bi = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
-              const int bk = bi <= p.max_blocks_per_seq ? __ldg(w.table + bi) : -1;
-              if (bk < 0 || bk >= p.num_blocks) {
-                st_shared16(d, 0x7fc07fc0u);
-              } else {
-                const size_t slot = static_cast<size_t>(bk) * p.block_size + (j - bi * p.block_size);
-                cp_async16(d, cache + slot * kv_row_stride + head_off + ch * 8);
-              }
-            }
-            cp_async_commit();
-            cp_async_wait<0>();
-            fence_proxy_async();  // this lane's writes -> visible to the consumers' wgmma (async proxy)
-            __syncwarp();
-            if (lane == 0) mbar_arrive(bar);
-          }
-        }
+        load(0, it, j0, tma, blk, off);
+        if (kt > 0) load(1, it - 1, j0 - N, ptma, pblk, poff);
+        ptma = tma;
+        pblk = blk;
+        poff = off;
       }
+      load(1, it - 1, (w.num_tiles - 1) * N, ptma, pblk, poff);
     }
     return;
   }
@@ -469,10 +491,24 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     };
     if (c == 1) named_arrive(kBarTurn + 0, 256);
 
+    // O's rescale factors from the last softmax, applied before the next P V issue.
+    float alpha_pv[2] = {1.f, 1.f};
+    auto rescale_o = [&]() {
+      if (alpha_pv[0] != 1.f || alpha_pv[1] != 1.f) {  // the max moved (skipping x * 1 is exact)
+#pragma unroll
+        for (int n = 0; n < NT_O; ++n) {
+          o[n][0] *= alpha_pv[0];
+          o[n][1] *= alpha_pv[0];
+          o[n][2] *= alpha_pv[1];
+          o[n][3] *= alpha_pv[1];
+        }
+      }
+      alpha_pv[0] = alpha_pv[1] = 1.f;
+    };
     {  // tile 0: S alone (O is zero, nothing to rescale)
       float alpha[2];
-      const int st = it % S;
-      mbar_wait(full_bar(0, st), (it / S) & 1);
+      const int st = stage_of(0, it);
+      mbar_wait(full_bar(0, st), phase_of(0, it));
       my_turn();
       issue_s(st);
       pass_turn(0);
@@ -484,35 +520,31 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
 #pragma unroll 1
     for (int kt = 1; kt < num_tiles; ++kt) {
       const uint32_t i1 = it + kt, i0 = i1 - 1;
-      const int st = i1 % S, pst = i0 % S;
-      mbar_wait(full_bar(0, st), (i1 / S) & 1);
-      mbar_wait(full_bar(1, pst), (i0 / S) & 1);  // (no divergent wait between the two issues)
+      const int st = stage_of(0, i1), pst = stage_of(1, i0);
+      mbar_wait(full_bar(0, st), phase_of(0, i1));
+      mbar_wait(full_bar(1, pst), phase_of(1, i0));  // (no divergent wait between the two issues)
       my_turn();
       issue_s(st);  // this tile's S, then the previous tile's O += P V behind it
+      if constexpr (Tr::kRescaleInTurn) {
+        rescale_o();
+        wgmma_fence();  // O's registers written: ordered before the P V wgmma reads them
+      }
       issue_pv(pst);
       wgmma_commit();
       pass_turn(kt);
       wgmma_wait1();  // S is done: K of tile kt is free; the softmax runs under P V
       release(empty_bar(0, st));
-      float alpha[2];
-      softmax(kt, alpha);
+      softmax(kt, alpha_pv);
       wgmma_wait0();  // P V of tile kt - 1 is done: its V is free, O may be rescaled
       release(empty_bar(1, pst));
-      if (alpha[0] != 1.f || alpha[1] != 1.f) {  // the max moved (skipping x * 1 is exact)
-#pragma unroll
-        for (int n = 0; n < NT_O; ++n) {
-          o[n][0] *= alpha[0];
-          o[n][1] *= alpha[0];
-          o[n][2] *= alpha[1];
-          o[n][3] *= alpha[1];
-        }
-      }
+      if constexpr (!Tr::kRescaleInTurn) rescale_o();
       pack_p();
     }
     {  // the last tile's O += P V
       const uint32_t il = it + num_tiles - 1;
-      const int st = il % S;
-      mbar_wait(full_bar(1, st), (il / S) & 1);
+      const int st = stage_of(1, il);
+      mbar_wait(full_bar(1, st), phase_of(1, il));
+      rescale_o();  // (a no-op unless kRescaleInTurn)
       wgmma_fence();
       issue_pv(st);
       wgmma_commit();
