@@ -347,13 +347,7 @@ __global__ void __launch_bounds__(MmaConfig::kThreads, Tr::kMinCtas) attention_m
     const int j0 = kt * N;
     float alpha[2];
     online_softmax_step(s, j0, j0 + N - 1 > bound_lo, bound, t, p.scale_log2, m_run, l_run, alpha);
-#pragma unroll
-    for (int n = 0; n < NT_O; ++n) {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
-    }
+    rescale_rows(o, alpha);
 
     // O += P V: P rounded to bf16 in registers (the C fragment of S is the A fragment of P V).
 #pragma unroll
@@ -574,13 +568,7 @@ __global__ void __launch_bounds__(MmaConfig::kThreads, Tr::kMinCtas) attention_w
     float alpha[2];
     online_softmax_step(s, j0, j0 + N - 1 > bound_lo, bound, t, p.scale_log2, m_run, l_run, alpha);
     if (alpha[0] != 1.f || alpha[1] != 1.f) {  // the max moved: rescale (skipping x * 1 is exact)
-#pragma unroll
-      for (int n = 0; n < NT_O; ++n) {
-        o[n][0] *= alpha[0];
-        o[n][1] *= alpha[0];
-        o[n][2] *= alpha[1];
-        o[n][3] *= alpha[1];
-      }
+      rescale_rows(o, alpha);
     }
 
     // O += P V: KSTEPS_PV wgmma of 64 x D x 16, P (bf16) from registers, V MN-major

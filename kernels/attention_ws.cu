@@ -495,13 +495,7 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     float alpha_pv[2] = {1.f, 1.f};
     auto rescale_o = [&]() {
       if (alpha_pv[0] != 1.f || alpha_pv[1] != 1.f) {  // the max moved (skipping x * 1 is exact)
-#pragma unroll
-        for (int n = 0; n < NT_O; ++n) {
-          o[n][0] *= alpha_pv[0];
-          o[n][1] *= alpha_pv[0];
-          o[n][2] *= alpha_pv[1];
-          o[n][3] *= alpha_pv[1];
-        }
+        rescale_rows(o, alpha_pv);
       }
       alpha_pv[0] = alpha_pv[1] = 1.f;
     };

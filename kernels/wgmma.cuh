@@ -1,7 +1,7 @@
 // wgmma.cuh: the Hopper tensor-core helpers the attention kernels share:
 // wgmma issue/fence/commit/wait (sm_90a only, PB_WGMMA_ENABLED), the 128-byte
-// swizzle shared-memory descriptor and slab layout, exp2, the online-softmax step
-// and bf16x2 packing.
+// swizzle shared-memory descriptor and slab layout, exp2, the online-softmax step,
+// O's rescale and bf16x2 packing.
 // Invariant: slab_off and gmma_desc describe the same layout (1024-byte atoms).
 #pragma once
 #include <cuda_bf16.h>
@@ -53,6 +53,18 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[NT][4], int j0, b
         s[n][2 * hr + e] = pv;
       }
     l_run[hr] = l_run[hr] * alpha[hr] + lsum;
+  }
+}
+// O *= alpha for the warp's two rows hr (O in the accumulator layout of S above, NT = D / 8
+// tiles): the rescale of O when online_softmax_step moved the running max.
+template <int NT>
+__device__ __forceinline__ void rescale_rows(float (&o)[NT][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    o[n][0] *= alpha[0];
+    o[n][1] *= alpha[0];
+    o[n][2] *= alpha[1];
+    o[n][3] *= alpha[1];
   }
 }
 // Two floats -> bf16x2 (round to nearest even; NaN stays NaN), lo in the low half.
