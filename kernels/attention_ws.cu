@@ -6,8 +6,8 @@
 //   warpgroup 0, producer (setmaxnreg down to 40): one warp loads K and V tiles
 //     through the stream's block table into two shared-memory rings (K's a stage
 //     deeper: K of tile k is asked for before V of tile k - 1, the consumers'
-//     order), each stage with its own full/empty mbarriers. An in-bound tile whose pieces lie
-//     in valid blocks goes by TMA (one box per cache block piece and 64-dim
+//     order), each stage with its own full/empty mbarriers. An in-bound tile
+//     whose pieces lie in valid blocks goes by TMA (one box per cache block piece and 64-dim
 //     slab, 128-byte swizzle, completion counted in bytes on the full barrier);
 //     a tile crossing the causal bound or with a bad block id goes by cp.async
 //     and st.shared (zeros past the bound, NaN for a bad block), fenced to the
@@ -63,7 +63,7 @@ struct WsTraits {
   static constexpr int kQBuffers = QBuffers;  // 2: the producer loads the next item's Q during this one
   // O's rescale in the turn, between a tile's S and P V issues (under the S wgmma, as
   // FlashAttention-3 orders it), rather than after the softmax: measured faster at
-  // d64 / d128 and slower at d256, whose S (N = 64) is too short to hide 128 FMULs.
+  // d64 / d128 and 4-5% slower at d256 (O is 128 registers a thread there; PERF-NOTES "v6").
   static constexpr bool kRescaleInTurn = D_ <= 128;
   static constexpr int kBlockM = WsConfig::kBlockM;
   static constexpr uint32_t kQBytes = kBlockM * D * 2;
