@@ -7,8 +7,9 @@
 //     through the stream's block table into two shared-memory rings (K's a stage
 //     deeper: K of tile k is asked for before V of tile k - 1, the consumers'
 //     order), each stage with its own full/empty mbarriers. An in-bound tile
-//     whose pieces lie in valid blocks goes by TMA (one box per cache block piece and 64-dim
-//     slab, 128-byte swizzle, completion counted in bytes on the full barrier);
+//     whose pieces lie in valid blocks goes by TMA (one box per cache block piece
+//     holding all D dims of its keys, 128-byte swizzle, completion counted in bytes
+//     on the full barrier);
 //     a tile crossing the causal bound or with a bad block id goes by cp.async
 //     and st.shared (zeros past the bound, NaN for a bad block), fenced to the
 //     async proxy before the arrival.
@@ -41,12 +42,17 @@ struct WsConfig {
   static constexpr int kConsumers = 2;                  // consumer warpgroups, 64 query vectors each
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;       // 128: the wgmma kernel's tile, its work list
-  static constexpr int kProducerRegs = 40;              // 128 * 40 + 256 * 232 <= 65536
+  // The launch allocates 384 x 168 registers (__launch_bounds__(384, 1)); setmaxnreg only
+  // moves them: 128 * 40 + 256 * 232 = 384 * 168. A larger producer count would leave the
+  // consumers' setmaxnreg.inc waiting for registers that are never freed (a hang).
+  static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
+                "setmaxnreg cannot hand out more registers than the launch allocated");
 };
 
 // Per-head-dim traits: keys per K/V tile, ring depths, Q buffers. Shared memory:
-// QB x Q [D/64][128][64] + a K ring [SK][D/64][N][64] and a V ring [SV][...] bf16 +
+// QB x Q [D/64][128][64] + a K ring [SK][N/8][D/64][8][64] and a V ring [SV][...] bf16 +
 // 2 SK + 2 SV + 2 QB mbarriers (+ 1 KB to align the base to a swizzle atom). K is
 // consumed a tile ahead of V (S of tile k is issued with P V of tile k - 1), so K's
 // ring is the deeper one: a K tile is asked for SK tiles before its S. With two Q
@@ -170,12 +176,12 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
-// One box of a 4-d tensor map into shared memory, counted on `bar` in bytes.
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
-                                            uint32_t bar) {
+// One box of a 5-d tensor map into shared memory, counted on `bar` in bytes.
+__device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                            int c4, uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
       : "memory");
 }
 // One box of a 3-d tensor map (Q: [T, Hq, D]) into shared memory.
@@ -201,6 +207,16 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 }
 __device__ __forceinline__ void st_shared16(uint32_t dst, uint32_t w) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(w) : "memory");
+}
+
+// Byte offset of 16-byte chunk `ch` of key `row` in a K/V tile of D dims stored
+// as 8-key groups of D/64 swizzle atoms ([N/8][D/64][8][64], 128-byte swizzle
+// given a 1024-byte aligned base): the layout one TMA box per cache block piece
+// writes (all of D at once), and the one the S and P V descriptors read.
+template <int D>
+__device__ __forceinline__ uint32_t kv_tile_off(int row, int ch) {
+  return static_cast<uint32_t>((row >> 3) * (8 * D * 2) + (ch >> 3) * 1024 + (row & 7) * 128 +
+                               (((ch & 7) ^ (row & 7)) << 4));
 }
 
 // Named barrier ids: 0 is __syncthreads; 1 + c a consumer warpgroup's own;
@@ -236,12 +252,13 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
   constexpr int NT_O = D / 8;
   constexpr int KSTEPS_PV = N / 16;
   constexpr uint32_t kTileBytes = Tr::kTileBytes;
+  constexpr uint32_t kGroupBytes = 8 * D * 2;  // 8 keys of a K/V tile: D/64 swizzle atoms
 
   extern __shared__ uint8_t smem_raw[];
   constexpr int QB = Tr::kQBuffers;
   const uint32_t q_base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // [QB][D/64][M][64]
-  const uint32_t k_base = q_base + QB * Tr::kQBytes;               // [SK][D/64][N][64]
-  const uint32_t v_base = k_base + SK * kTileBytes;                // [SV][D/64][N][64]
+  const uint32_t k_base = q_base + QB * Tr::kQBytes;               // [SK][N/8][D/64][8][64]
+  const uint32_t v_base = k_base + SK * kTileBytes;                // [SV][N/8][D/64][8][64]
   const uint32_t bar_base = q_base + Tr::kBarOffset;
   // Tile i (counted across items) sits in K stage i % SK and V stage i % SV, in phase
   // (i / stages) & 1 of that stage's barriers.
@@ -324,16 +341,14 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
           __syncwarp();
           if (lane < pieces) {
             const CUtensorMap* map = which == 0 ? &k_map : &v_map;
-#pragma unroll
-            for (int slab = 0; slab < D / 64; ++slab)
-              tma_load_4d(dst + slab * (N * 128) + lane * (R * 128), map, slab * 64, w.kvh, off, blk, bar);
+            tma_load_5d(dst + lane * (R * D * 2), map, 0, 0, w.kvh * (D / 64), off / 8, blk, bar);
           }
         } else {
           const uint16_t* cache = which == 0 ? p.k_cache : p.v_cache;
 #pragma unroll 4
           for (int idx = lane; idx < N * CH; idx += 32) {
             const int row = idx / CH, ch = idx % CH;
-            const uint32_t d = dst + slab_off<N>(row, ch);
+            const uint32_t d = dst + kv_tile_off<D>(row, ch);
             const int j = j0 + row;
             if (j > w.bound_hi) {
               st_shared16(d, 0u);
@@ -445,7 +460,7 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     auto issue_pv = [&](int st) {
       const uint32_t vt = v_base + st * kTileBytes;
 #pragma unroll
-      for (int kk = 0; kk < KSTEPS_PV; ++kk) wgmma_pv<D>(o, pa[kk], gmma_desc(vt + kk * 16 * 128, N * 128, 1024));
+      for (int kk = 0; kk < KSTEPS_PV; ++kk) wgmma_pv<D>(o, pa[kk], gmma_desc(vt + kk * 2 * kGroupBytes, 1024, kGroupBytes));
     };
     auto release = [&](uint32_t bar) {
       __syncwarp();
@@ -463,7 +478,7 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks)
         wgmma_s<N>(s, gmma_desc(q_wg + (ks >> 2) * (M * 128) + (ks & 3) * 32, 16, 1024),
-                   gmma_desc(kt_base + (ks >> 2) * (N * 128) + (ks & 3) * 32, 16, 1024), ks > 0);
+                   gmma_desc(kt_base + (ks >> 2) * 1024 + (ks & 3) * 32, 16, kGroupBytes), ks > 0);
       wgmma_commit();
     };
     // Online softmax of tile kt's s in place (wgmma.cuh); O's rescale factors in alpha.
@@ -606,18 +621,22 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// A [num_blocks, block_size, Hkv, D] bf16 cache as a 4-d tensor map (D fastest),
-// box {64 dims, 1 head, rows, 1 block}, 128-byte swizzle (the wgmma layout).
+// A [num_blocks, block_size, Hkv, D] bf16 cache as a 5-d tensor map: {64 dims,
+// 8 keys of a group, Hkv x D/64 slabs of 64 dims, block_size / 8 groups, blocks}
+// (the slab dim's stride, 128 bytes, is below the keys': the box lands as 8-key
+// groups of D/64 swizzle atoms, kv_tile_off's layout). Box {64, 8, D/64, rows / 8,
+// 1}: all of D for `rows` keys of one block, 128-byte swizzle.
 cudaError_t encode_cache_map(CUtensorMap* map, const void* cache, const LayerShape& s, int rows) {
   const auto fn = tensor_map_encoder();
   if (!fn) return cudaErrorNotSupported;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(s.head_dim), static_cast<cuuint64_t>(s.num_kv_heads),
-                              static_cast<cuuint64_t>(s.block_size), static_cast<cuuint64_t>(s.num_blocks)};
-  const cuuint64_t row = static_cast<cuuint64_t>(s.head_dim) * 2;
-  const cuuint64_t strides[3] = {row, row * s.num_kv_heads, row * s.num_kv_heads * s.block_size};
-  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(rows), 1};
-  const cuuint32_t elem[4] = {1, 1, 1, 1};
-  const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(cache), dims, strides, box, elem,
+  const int slabs = s.head_dim / 64;
+  const cuuint64_t dims[5] = {64, 8, static_cast<cuuint64_t>(s.num_kv_heads) * slabs,
+                              static_cast<cuuint64_t>(s.block_size / 8), static_cast<cuuint64_t>(s.num_blocks)};
+  const cuuint64_t row = static_cast<cuuint64_t>(s.head_dim) * 2 * s.num_kv_heads;  // bytes between keys
+  const cuuint64_t strides[4] = {row, 128, row * 8, row * s.block_size};
+  const cuuint32_t box[5] = {64, 8, static_cast<cuuint32_t>(slabs), static_cast<cuuint32_t>(rows / 8), 1};
+  const cuuint32_t elem[5] = {1, 1, 1, 1, 1};
+  const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, const_cast<void*>(cache), dims, strides, box, elem,
                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
