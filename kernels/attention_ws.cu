@@ -3,10 +3,11 @@
 // longest-first work list of the wgmma kernel (version 3) in a snake order; an
 // entry is one work item (stream, q-tile) and one kv head, 128 query vectors
 // (heads packed into M), as in version 3.
-//   warpgroup 0, producer (setmaxnreg down to 40): one warp loads K and V tiles
-//     through the stream's block table into two shared-memory rings (K's a stage
-//     deeper: K of tile k is asked for before V of tile k - 1, the consumers'
-//     order), each stage with its own full/empty mbarriers. An in-bound tile
+//   warpgroup 0, producer (setmaxnreg down to 40): warp 0 loads Q and the K
+//     tiles, warp 1 the V tiles, through the stream's block table into two
+//     shared-memory rings (K's a stage deeper: the consumers use K of tile k with
+//     V of tile k - 1), each stage with its own full/empty mbarriers; each ring's
+//     warp waits only on its own ring's free stages. An in-bound tile
 //     whose pieces lie in valid blocks goes by TMA (one box per cache block piece
 //     holding all D dims of its keys, 128-byte swizzle, completion counted in bytes
 //     on the full barrier);
@@ -306,7 +307,8 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
   if (wg == 0) {
     // ---- producer ----
     setmaxnreg_dec<WsConfig::kProducerRegs>();
-    if (warp != 0) return;
+    if (warp > 1) return;
+    const int role = warp;  // 0: Q and the K ring, 1: the V ring (each walks every item's tiles)
     const int R = p.tma_rows;
     const int pieces = R > 0 ? N / R : 0;
     const size_t kv_row_stride = static_cast<size_t>(p.num_kv_heads) * D;
@@ -315,7 +317,7 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     for (int r = 0; r * G < total; ++r) {
       const WsItem w = ws_item<N>(p, item_at(r));
       if (!w.valid) continue;
-      if (q_tma) {  // this item's Q into buffer nq % 2, once the item two back has left it
+      if (q_tma && role == 0) {  // this item's Q into buffer nq % 2, once the item two back has left it
         const int qb = nq % QB;
         mbar_wait(q_empty(qb), ((nq / QB) & 1) ^ 1u);
         if (lane == 0) {
@@ -370,10 +372,6 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
           if (lane == 0) mbar_arrive(bar);
         }
       };
-      // In the consumers' order: K of tile kt, then V of tile kt - 1 (its P V is issued
-      // with tile kt's S), then V of the last tile.
-      bool ptma = false;
-      int pblk = 0, poff = 0;
 #pragma unroll 1
       for (int kt = 0; kt < w.num_tiles; ++kt, ++it) {
         const int j0 = kt * N;
@@ -391,13 +389,10 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
           }
           tma = __all_sync(0xffffffffu, ok) != 0;
         }
-        load(0, it, j0, tma, blk, off);
-        if (kt > 0) load(1, it - 1, j0 - N, ptma, pblk, poff);
-        ptma = tma;
-        pblk = blk;
-        poff = off;
+        // (`which` a constant in each call: one runtime `which` spilled past 40 registers)
+        if (role == 0) load(0, it, j0, tma, blk, off);
+        else load(1, it, j0, tma, blk, off);
       }
-      load(1, it - 1, (w.num_tiles - 1) * N, ptma, pblk, poff);
     }
     return;
   }
