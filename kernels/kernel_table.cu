@@ -98,8 +98,10 @@ bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" 
 // device allow it; it shares the tensor-core kernel's work list.
 // auto takes it where attention_ws_default says it won every measured row on the
 // H200 (kernels/PERF-NOTES.md "v5"): at head_dim 256 (1.24-1.45x the wgmma kernel)
-// and for MHA at any head dim (1.10-1.16x; 32 x 512 short streams too); the wgmma
-// kernel still wins on GQA 16/2 batches at d64 and d128 (0.92-0.96x).
+// and for MHA at any head dim (1.10-1.16x; 32 x 512 short streams too). On GQA 16/2
+// at d64 and d128 neither wins every row (PERF-NOTES "v7"): ws is faster on long and
+// mixed batches, the wgmma kernel on 32 x 512 (1.3-1.55x), so the wgmma kernel stays
+// until the choice can see the bucket's lengths.
 bool attention_ws(const Ctx& c, const LayerShape& shape) {
   const bool want = c.attention.rfind("ws", 0) == 0 || (c.attention == "auto" && attention_ws_default(shape));
   return want && attention_ws_supported(shape);
