@@ -91,7 +91,7 @@ void fill_random_bf16(std::vector<uint16_t>& h, uint64_t& s, int amp_exp /* amp 
 
 constexpr int kFp32 = -2;     // the variant number bench_cuda gives the fp32 oracle
 constexpr int kWs = -3;       // the warp-specialized kernel (attention_ws.cu)
-constexpr int kDefault = -4;  // what pb-cuda's attention=auto runs: ws where attention_ws_default, else the mma default
+constexpr int kDefault = -4;  // what pb-cuda's attention=auto runs: ws where supported, else the mma default
 
 // One batch on the device, shaped like the harness's staged metadata.
 struct DeviceBatch {
@@ -208,8 +208,7 @@ struct DeviceBatch {
     }
     a.work = static_cast<const pb::kernels::AttnWorkItem*>(work_mma);
     a.num_work = n_work_mma;
-    const bool ws_default = pb::kernels::attention_ws_default(shape) && pb::kernels::attention_ws_supported(shape);
-    if (variant == kWs || (variant == kDefault && ws_default)) return pb::kernels::launch_attention_ws(st, a, true);
+    if (variant == kWs || (variant == kDefault && pb::kernels::attention_ws_supported(shape))) return pb::kernels::launch_attention_ws(st, a, true);
     a.variant = variant == kDefault ? -1 : variant;
     return pb::kernels::launch_attention_mma(st, a);
   }

@@ -7,13 +7,15 @@
 //     tiles, warp 1 the V tiles, through the stream's block table into two
 //     shared-memory rings (K's a stage deeper: the consumers use K of tile k with
 //     V of tile k - 1), each stage with its own full/empty mbarriers; each ring's
-//     warp waits only on its own ring's free stages. An in-bound tile
-//     whose pieces lie in valid blocks goes by TMA (one box per cache block piece
-//     holding all D dims of its keys, 128-byte swizzle, completion counted in bytes
-//     on the full barrier);
-//     a tile crossing the causal bound or with a bad block id goes by cp.async
-//     and st.shared (zeros past the bound, NaN for a bad block), fenced to the
-//     async proxy before the arrival.
+//     warp waits only on its own ring's free stages. A tile goes piece by piece
+//     (the keys of one cache block): a piece in a valid block with its keys in
+//     bound goes by TMA (one box holding all D dims of its keys, 128-byte swizzle,
+//     completion counted in bytes on the full barrier); a V piece crossing the
+//     causal bound or lying past it, and any piece in a bad block, goes by
+//     cp.async and st.shared (zeros past the bound, NaN for a bad block), fenced
+//     to the async proxy before the arrival. K needs no zeros: a score past every
+//     row's bound is replaced by -inf, so a K piece starting in bound goes by TMA
+//     whole and one past the bound is not loaded.
 //   warpgroups 1 and 2, consumers (setmaxnreg up to 232): each owns 64 query
 //     vectors; S = Q K^T as wgmma from shared memory; online softmax in fp32
 //     (base 2); P rounded to bf16 in registers as the A operand of O += P V.
@@ -21,8 +23,8 @@
 //     tile's P V wgmma before the softmax (wait_group 1); between the two
 //     warpgroups named barriers hand the tensor cores over in turn (ping-pong),
 //     so one's softmax runs under the other's wgmma.
-// Invariants (those of attention_mma.cu): every bound from device memory; keys
-// past a tile's last bound are zero in shared memory; a bad block id or table
+// Invariants (those of attention_mma.cu): every bound from device memory; values
+// (V) past a tile's last bound are zero in shared memory; a bad block id or table
 // index reads as NaN without a dereference; causal tiles above the diagonal are
 // skipped, only tiles crossing a row's bound are masked; the roundings are the
 // lp contract's (docs/TOLERANCES.md): bf16 q/k/v, fp32 S and softmax, P to
@@ -162,6 +164,10 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Adds `bytes` to the transaction count of the current phase, without an arrival.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
@@ -311,6 +317,7 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     const int role = warp;  // 0: Q and the K ring, 1: the V ring (each walks every item's tiles)
     const int R = p.tma_rows;
     const int pieces = R > 0 ? N / R : 0;
+    const int r_shift = R > 0 ? __ffs(R) - 1 : 31;  // R is a power of two (attention_ws_tma_rows)
     const size_t kv_row_stride = static_cast<size_t>(p.num_kv_heads) * D;
     uint32_t it = 0, nq = 0;  // K/V tiles and valid items so far
 #pragma unroll 1
@@ -332,24 +339,56 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
       ++nq;
       const size_t head_off = static_cast<size_t>(w.kvh) * D;
       // Tile i of the running count, keys j0 .. j0 + N - 1, into its K (which 0) or V
-      // stage: by TMA (blk, off: this lane's piece) or by cp.async.
-      auto load = [&](int which, uint32_t i, int j0, bool tma, int blk, int off) {
+      // stage, piece by piece (R keys of one cache block; the whole tile when pieces == 0):
+      //   TMA: a piece in a valid block with every key in bound (K: its first key,
+      //     since a K row past every row's bound only meets a score the softmax
+      //     replaces by -inf);
+      //   written here (gen): cp.async of the keys in bound, zeros past the bound
+      //     (V: P is 0 there and 0 x V must be 0), NaN for a bad block;
+      //   K only: a piece wholly past the bound is left as it is.
+      auto load = [&](int which, uint32_t i, int j0) {
         const int st = stage_of(which, i);
         mbar_wait(empty_bar(which, st), phase_of(which, i) ^ 1u);
         const uint32_t dst = (which == 0 ? k_base : v_base) + st * kTileBytes;
         const uint32_t bar = full_bar(which, st);
-        if (tma) {
-          if (lane == 0) mbar_arrive_expect_tx(bar, kTileBytes);
-          __syncwarp();
+        uint32_t tma_mask = 0, gen_mask = ~0u;
+        int blk = 0, off = 0;
+        if (pieces > 0) {
+          bool tma = false, gen = false;
           if (lane < pieces) {
+            const int j = j0 + lane * R;
+            if (j > w.bound_hi) {
+              gen = which == 1;
+            } else {
+              const int bi = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
+              off = j - bi * p.block_size;
+              blk = bi <= p.max_blocks_per_seq ? __ldg(w.table + bi) : -1;
+              tma = blk >= 0 && blk < p.num_blocks && (which == 0 || j + R - 1 <= w.bound_hi);
+              gen = !tma;
+            }
+          }
+          tma_mask = __ballot_sync(0xffffffffu, tma);
+          gen_mask = __ballot_sync(0xffffffffu, gen);
+        }
+        if (tma_mask != 0) {
+          const uint32_t bytes = static_cast<uint32_t>(__popc(tma_mask)) * (R * D * 2);
+          if (lane == 0) {
+            if (gen_mask == 0) mbar_arrive_expect_tx(bar, bytes);  // the arrival too: nothing else to wait for
+            else mbar_expect_tx(bar, bytes);
+          }
+          __syncwarp();
+          if ((tma_mask >> lane) & 1u) {
             const CUtensorMap* map = which == 0 ? &k_map : &v_map;
             tma_load_5d(dst + lane * (R * D * 2), map, 0, 0, w.kvh * (D / 64), off / 8, blk, bar);
           }
-        } else {
+        }
+        if (gen_mask != 0) {
           const uint16_t* cache = which == 0 ? p.k_cache : p.v_cache;
+          const int row_lo = (__ffs(gen_mask) - 1) << r_shift;  // the first piece written here (0: pieces == 0)
 #pragma unroll 4
-          for (int idx = lane; idx < N * CH; idx += 32) {
+          for (int idx = row_lo * CH + lane; idx < N * CH; idx += 32) {
             const int row = idx / CH, ch = idx % CH;
+            if (!((gen_mask >> (row >> r_shift)) & 1u)) continue;
             const uint32_t d = dst + kv_tile_off<D>(row, ch);
             const int j = j0 + row;
             if (j > w.bound_hi) {
@@ -370,28 +409,15 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
           fence_proxy_async();  // this lane's writes -> visible to the consumers' wgmma (async proxy)
           __syncwarp();
           if (lane == 0) mbar_arrive(bar);
+        } else if (tma_mask == 0 && lane == 0) {
+          mbar_arrive(bar);  // (no tile lies wholly past the bound, but its barrier must complete)
         }
       };
 #pragma unroll 1
       for (int kt = 0; kt < w.num_tiles; ++kt, ++it) {
-        const int j0 = kt * N;
-        // TMA when the whole tile is in bound and every piece's block id is valid.
-        bool tma = false;
-        int blk = 0, off = 0;
-        if (pieces > 0 && j0 + N - 1 <= w.bound_hi) {
-          int ok = 1;
-          if (lane < pieces) {
-            const int j = j0 + lane * R;
-            const int bi = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
-            off = j - bi * p.block_size;
-            blk = bi <= p.max_blocks_per_seq ? __ldg(w.table + bi) : -1;
-            ok = blk >= 0 && blk < p.num_blocks;
-          }
-          tma = __all_sync(0xffffffffu, ok) != 0;
-        }
         // (`which` a constant in each call: one runtime `which` spilled past 40 registers)
-        if (role == 0) load(0, it, j0, tma, blk, off);
-        else load(1, it, j0, tma, blk, off);
+        if (role == 0) load(0, it, kt * N);
+        else load(1, it, kt * N);
       }
     }
     return;
@@ -696,10 +722,6 @@ cudaError_t launch_ws(cudaStream_t stream, const CUtensorMap& km, const CUtensor
 
 bool attention_ws_supported(const LayerShape& shape) {
   return attention_mma_supported(shape) && attention_wgmma_available();
-}
-
-bool attention_ws_default(const LayerShape& shape) {
-  return shape.head_dim == 256 || shape.num_q_heads == shape.num_kv_heads;
 }
 
 int attention_ws_block_n(int head_dim) {

@@ -16,16 +16,11 @@ bool attention_ws_supported(const LayerShape& shape);
 // tile in pieces of whole 1024-byte swizzle atoms (then the producer copies
 // with cp.async).
 int attention_ws_tma_rows(const LayerShape& shape);
-// Where this kernel is the default (pb-cuda's attention=auto, and the benchmarks'
-// "default"): the shapes where it won every measured row on the H200 (head_dim 256,
-// and MHA at every head dim; kernels/PERF-NOTES.md "v5"). Callers also check
-// attention_ws_supported.
-bool attention_ws_default(const LayerShape& shape);
 // Keys per K/V tile at this head dim (the traits table).
 int attention_ws_block_n(int head_dim);
 // Same arguments and semantics as launch_attention_mma; `work` from
-// plan_attention_mma_work. `tma`: the producer loads whole in-bound tiles with
-// TMA where attention_ws_tma_rows(shape) > 0; false: cp.async only.
+// plan_attention_mma_work. `tma`: the producer loads the in-bound pieces of
+// each tile with TMA where attention_ws_tma_rows(shape) > 0; false: cp.async only.
 cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& args, bool tma);
 
 }  // namespace pb::kernels

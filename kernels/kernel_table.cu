@@ -94,16 +94,15 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
 // the split loses where it should win (2/8 heads, 2 x 4096: 0.82x chunked) and wins
 // only 1.13x at 1 x 65536 (kernels/PERF-NOTES.md "gdn split v2", H200).
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
-// The warp-specialized kernel (attention_ws.cu) when asked for and the shape and
-// device allow it; it shares the tensor-core kernel's work list.
-// auto takes it where attention_ws_default says it won every measured row on the
-// H200 (kernels/PERF-NOTES.md "v5"): at head_dim 256 (1.24-1.45x the wgmma kernel)
-// and for MHA at any head dim (1.10-1.16x; 32 x 512 short streams too). On GQA 16/2
-// at d64 and d128 neither wins every row (PERF-NOTES "v7"): ws is faster on long and
-// mixed batches, the wgmma kernel on 32 x 512 (1.3-1.55x), so the wgmma kernel stays
-// until the choice can see the bucket's lengths.
+// The warp-specialized kernel (attention_ws.cu) when asked for or under auto, where
+// the shape and device allow it; it shares the tensor-core kernel's work list.
+// auto takes it at every head dim and head layout (kernels/PERF-NOTES.md "v8", H200):
+// 1.1-1.8x the wgmma kernel on long and mixed batches, GQA included; on 32 x 512
+// GQA 16/2 it is 6% slower, the one measured row it loses. A rule by shape alone:
+// one by the batch's lengths would run a stream alone in another kernel than
+// co-batched, which the invariance check rightly fails.
 bool attention_ws(const Ctx& c, const LayerShape& shape) {
-  const bool want = c.attention.rfind("ws", 0) == 0 || (c.attention == "auto" && attention_ws_default(shape));
+  const bool want = c.attention.rfind("ws", 0) == 0 || c.attention == "auto";
   return want && attention_ws_supported(shape);
 }
 bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
@@ -274,7 +273,7 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
 
 pb_status describe(void* ctx, char* buf, size_t buf_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
-  std::string d = "attention=" + std::string(c.attention == "auto" ? "ws at d256 or MHA on sm_90, else mma(wgmma on sm_90)/fp32 by head_dim"
+  std::string d = "attention=" + std::string(c.attention == "auto" ? "ws on sm_90, else mma/fp32 by head_dim"
                                              : c.attention == "ws" ? "ws(warp-specialized, TMA producer where block_size is a multiple of 8 that divides or is divided by the key tile (128; 64 at d256), cp.async producer otherwise)"
                                              : c.attention == "ws:cp" ? "ws:cp(warp-specialized, cp.async producer)"
                                                                       : c.attention) +
