@@ -222,8 +222,7 @@ __device__ __forceinline__ void st_shared16(uint32_t dst, uint32_t w) {
 // writes (all of D at once), and the one the S and P V descriptors read.
 template <int D>
 __device__ __forceinline__ uint32_t kv_tile_off(int row, int ch) {
-  return static_cast<uint32_t>((row >> 3) * (8 * D * 2) + (ch >> 3) * 1024 + (row & 7) * 128 +
-                               (((ch & 7) ^ (row & 7)) << 4));
+  return static_cast<uint32_t>((row >> 3) * (8 * D * 2)) + detail::slab_off<8>(row & 7, ch);
 }
 
 // Named barrier ids: 0 is __syncthreads; 1 + c a consumer warpgroup's own;
