@@ -10,9 +10,13 @@
 
 namespace pb::kernels::detail {
 
+// exp2 as one MUFU.EX2: the .ftz form. Without it ptxas wraps each ex2 in a compare
+// and two multiplies to keep results below 2^-126 subnormal (a quarter of the d64 ws
+// kernel's instructions, ncu on the H200); such a p sits beside the row max's 1 in
+// the sum and in P V, where fp32 cannot hold it anyway.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
-  asm("ex2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
 // One online-softmax step (base 2) over a warp's two rows hr of an S fragment
@@ -34,9 +38,16 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[NT][4], int j0, b
         for (int e = 0; e < 2; ++e)
           if (j0 + n * 8 + 2 * t + e > bound[hr]) s[n][2 * hr + e] = -INFINITY;
     }
-    float mx = -INFINITY;
+    // The row max as a tree (depth log2(2 NT), not a chain of 2 NT): max is exact in
+    // any order, so the bits are the chain's.
+    float mt[NT];
 #pragma unroll
-    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
+    for (int n = 0; n < NT; ++n) mt[n] = fmaxf(s[n][2 * hr], s[n][2 * hr + 1]);
+#pragma unroll
+    for (int w = 1; w < NT; w *= 2)
+#pragma unroll
+      for (int n = 0; n + w < NT; n += 2 * w) mt[n] = fmaxf(mt[n], mt[n + w]);
+    float mx = mt[0];
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m_run[hr], mx);
