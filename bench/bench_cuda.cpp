@@ -101,8 +101,8 @@ struct DeviceBatch {
   std::vector<int32_t> cu, kv;
   double flops = 0, bytes = 0;
   void *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *cu_d = nullptr, *kv_d = nullptr,
-       *tables = nullptr, *ptrs = nullptr, *work32 = nullptr, *work_mma = nullptr;
-  int n_work32 = 0, n_work_mma = 0;
+       *tables = nullptr, *ptrs = nullptr, *work32 = nullptr, *work_mma = nullptr, *work_ws = nullptr;
+  int n_work32 = 0, n_work_mma = 0, n_work_ws = 0;
 
   DeviceBatch(const MixDef& m, int D, int hq, int hkv) : name(config_name(m, D, hq, hkv)) {
     const pb::Scenario s = make_scenario(m, D, hq, hkv);
@@ -168,9 +168,14 @@ struct DeviceBatch {
     work_mma = upload(wm.data(), wm.size() * sizeof(wm[0]));
     n_work32 = static_cast<int>(w32.size());
     n_work_mma = static_cast<int>(wm.size());
+    if (pb::kernels::attention_ws_rows_per_tile(shape) > 0) {
+      const auto ww = pb::kernels::plan_attention_ws_work(shape, cu, kv);
+      work_ws = upload(ww.data(), ww.size() * sizeof(ww[0]));
+      n_work_ws = static_cast<int>(ww.size());
+    }
   }
   ~DeviceBatch() {
-    for (void* p : {q, k, v, out, cu_d, kv_d, tables, ptrs, work32, work_mma}) cudaFree(p);
+    for (void* p : {q, k, v, out, cu_d, kv_d, tables, ptrs, work32, work_mma, work_ws}) cudaFree(p);
   }
   static void* upload(const void* h, size_t bytes) {
     void* d = nullptr;
@@ -208,7 +213,11 @@ struct DeviceBatch {
     }
     a.work = static_cast<const pb::kernels::AttnWorkItem*>(work_mma);
     a.num_work = n_work_mma;
-    if (variant == kWs || (variant == kDefault && pb::kernels::attention_ws_supported(shape))) return pb::kernels::launch_attention_ws(st, a, true);
+    if (variant == kWs || (variant == kDefault && pb::kernels::attention_ws_supported(shape))) {
+      a.work = static_cast<const pb::kernels::AttnWorkItem*>(work_ws);
+      a.num_work = n_work_ws;
+      return pb::kernels::launch_attention_ws(st, a, true);
+    }
     a.variant = variant == kDefault ? -1 : variant;
     return pb::kernels::launch_attention_mma(st, a);
   }

@@ -1,9 +1,9 @@
 // attention_ws.cu: version 4 of the paged varlen causal GQA attention, after
-// FlashAttention-3: a persistent CTA of three warpgroups (one per SM) walks the
-// longest-first work list of the wgmma kernel (version 3) in a snake order; an
-// entry is one work item (stream, q-tile) and one kv head, 128 query vectors
-// (heads packed into M), as in version 3.
-//   warpgroup 0, producer (setmaxnreg down to 40): warp 0 loads Q and the K
+// FlashAttention-3: a persistent CTA (one per SM) of a producer warpgroup and C
+// consumer warpgroups (C = 2; 3 at d64: WsTraits) walks the longest-first work list
+// (plan_attention_ws_work) in a snake order; an entry is one work item (stream,
+// q-tile) and one kv head, M = 64 C query vectors (heads packed into M).
+//   warpgroup 0, producer (setmaxnreg down to 40, or 32 with three consumers): warp 0 loads Q and the K
 //     tiles, warp 1 the V tiles, through the stream's block table into two
 //     shared-memory rings (K's a stage deeper: the consumers use K of tile k with
 //     V of tile k - 1), each stage with its own full/empty mbarriers; each ring's
@@ -16,13 +16,13 @@
 //     to the async proxy before the arrival. K needs no zeros: a score past every
 //     row's bound is replaced by -inf, so a K piece starting in bound goes by TMA
 //     whole and one past the bound is not loaded.
-//   warpgroups 1 and 2, consumers (setmaxnreg up to 232): each owns 64 query
+//   warpgroups 1..C, consumers (setmaxnreg up to 232, or 160 with three): each owns 64 query
 //     vectors; S = Q K^T as wgmma from shared memory; online softmax in fp32
 //     (base 2); P rounded to bf16 in registers as the A operand of O += P V.
 //     Inside a warpgroup the next tile's S wgmma is issued with the previous
-//     tile's P V wgmma before the softmax (wait_group 1); between the two
-//     warpgroups named barriers hand the tensor cores over in turn (ping-pong),
-//     so one's softmax runs under the other's wgmma.
+//     tile's P V wgmma before the softmax (wait_group 1); between the
+//     warpgroups named barriers hand the tensor cores over in turn (ping-pong,
+//     round robin with three), so one's softmax runs under another's wgmma.
 // Invariants (those of attention_mma.cu): every bound from device memory; values
 // (V) past a tile's last bound are zero in shared memory; a bad block id or table
 // index reads as NaN without a dereference; causal tiles above the diagonal are
@@ -41,16 +41,20 @@
 
 namespace pb::kernels {
 
+// The CTA's warpgroups: one producer and C consumers of 64 query vectors each (M = 64 C).
+// The launch allocates kThreads x (65536 / kThreads) registers (__launch_bounds__(kThreads,
+// 1)); setmaxnreg only moves them: C = 2: 128 x 40 + 256 x 232 = 384 x 168; C = 3:
+// 128 x 32 + 384 x 160 = 512 x 128. A larger count would leave the consumers'
+// setmaxnreg.inc waiting for registers that are never freed (a hang).
+template <int C>
 struct WsConfig {
-  static constexpr int kConsumers = 2;                  // consumer warpgroups, 64 query vectors each
-  static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kBlockM = 64 * kConsumers;       // 128: the wgmma kernel's tile, its work list
-  // The launch allocates 384 x 168 registers (__launch_bounds__(384, 1)); setmaxnreg only
-  // moves them: 128 * 40 + 256 * 232 = 384 * 168. A larger producer count would leave the
-  // consumers' setmaxnreg.inc waiting for registers that are never freed (a hang).
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
-  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
+  static constexpr int kConsumers = C;
+  static constexpr int kThreads = 128 * (1 + C);
+  static constexpr int kBlockM = 64 * C;
+  static constexpr int kProducerRegs = C == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = C == 2 ? 232 : 160;
+  static_assert(C == 2 || C == 3, "two or three consumer warpgroups");
+  static_assert(128 * kProducerRegs + 128 * C * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
                 "setmaxnreg cannot hand out more registers than the launch allocated");
 };
 
@@ -63,8 +67,11 @@ struct WsConfig {
 // this one; d256 has room for one (Q 64 KB + three K and two V stages 160 KB), which
 // its consumers load themselves, and keeps N = 64; the consumers' registers (O 128,
 // S 32, P 16 per thread) fit 232.
-template <int D_, int BlockN, int KStages, int VStages, int QBuffers>
+template <int D_, int BlockN, int KStages, int VStages, int QBuffers, int Consumers = 2>
 struct WsTraits {
+  using Config = WsConfig<Consumers>;
+  static constexpr int kConsumers = Config::kConsumers, kThreads = Config::kThreads, kBlockM = Config::kBlockM;
+  static constexpr int kProducerRegs = Config::kProducerRegs, kConsumerRegs = Config::kConsumerRegs;
   static constexpr int D = D_;
   static constexpr int kBlockN = BlockN;
   static constexpr int kKStages = KStages;
@@ -74,7 +81,6 @@ struct WsTraits {
   // FlashAttention-3 orders it), rather than after the softmax: measured faster at
   // d64 / d128 and 4-5% slower at d256 (O is 128 registers a thread there; PERF-NOTES "v6").
   static constexpr bool kRescaleInTurn = D_ <= 128;
-  static constexpr int kBlockM = WsConfig::kBlockM;
   static constexpr uint32_t kQBytes = kBlockM * D * 2;
   static constexpr uint32_t kTileBytes = kBlockN * D * 2;
   static constexpr uint32_t kBarOffset = kQBuffers * kQBytes + (kKStages + kVStages) * kTileBytes;
@@ -86,7 +92,9 @@ struct WsTraits {
   static_assert(kQBuffers == 1 || kQBuffers == 2, "one Q buffer (loaded by the consumers) or two (by the producer)");
   static_assert(kSmemBytes <= 227 * 1024, "fits an H200 SM's shared memory");
 };
-using WsD64 = WsTraits<64, 128, 4, 3, 2>;
+// d64: three consumers (M = 192), as FlashAttention-3 does at d64: the softmax is a larger
+// share of a tile there, and a third warpgroup keeps the tensor cores fed between turns.
+using WsD64 = WsTraits<64, 128, 4, 3, 2, 3>;
 using WsD128 = WsTraits<128, 128, 3, 2, 2>;
 using WsD256 = WsTraits<256, 64, 3, 2, 1>;
 
@@ -225,9 +233,9 @@ __device__ __forceinline__ uint32_t kv_tile_off(int row, int ch) {
   return static_cast<uint32_t>((row >> 3) * (8 * D * 2)) + detail::slab_off<8>(row & 7, ch);
 }
 
-// Named barrier ids: 0 is __syncthreads; 1 + c a consumer warpgroup's own;
-// 3 + c the ping-pong turn of consumer c (both consumer warpgroups: 256 threads).
-constexpr int kBarWg = 1, kBarTurn = 3;
+// Named barrier ids: 0 is __syncthreads; 1 + c a consumer warpgroup's own (1..3);
+// 4 + c the turn of consumer c (its warpgroup and the one handing it over: 256 threads).
+constexpr int kBarWg = 1, kBarTurn = 4;
 
 template <int N>
 __device__ __forceinline__ void wgmma_s(float (&s)[N / 8][4], uint64_t da, uint64_t db, int scale_d) {
@@ -243,7 +251,7 @@ __device__ __forceinline__ void wgmma_pv(float (&o)[D / 8][4], const uint32_t (&
 #endif
 
 template <class Tr>
-__global__ void __launch_bounds__(WsConfig::kThreads, 1)
+__global__ void __launch_bounds__(Tr::kThreads, 1)
     attention_ws_kernel(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                         const __grid_constant__ CUtensorMap q_map, WsParams p) {
 #ifdef PB_WGMMA_ENABLED
@@ -286,11 +294,11 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     for (int which = 0; which < 2; ++which)
       for (int s = 0; s < (which == 0 ? SK : SV); ++s) {
         mbar_init(full_bar(which, s), 1);
-        mbar_init(empty_bar(which, s), 4 * WsConfig::kConsumers);
+        mbar_init(empty_bar(which, s), 4 * Tr::kConsumers);
       }
     for (int b = 0; b < QB; ++b) {
       mbar_init(q_full(b), 1);
-      mbar_init(q_empty(b), 4 * WsConfig::kConsumers);
+      mbar_init(q_empty(b), 4 * Tr::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -311,7 +319,7 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
 
   if (wg == 0) {
     // ---- producer ----
-    setmaxnreg_dec<WsConfig::kProducerRegs>();
+    setmaxnreg_dec<Tr::kProducerRegs>();
     if (warp > 1) return;
     const int role = warp;  // 0: Q and the K ring, 1: the V ring (each walks every item's tiles)
     const int R = p.tma_rows;
@@ -423,7 +431,7 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
   }
 
   // ---- consumers ----
-  setmaxnreg_inc<WsConfig::kConsumerRegs>();
+  setmaxnreg_inc<Tr::kConsumerRegs>();
   const int c = wg - 1;          // consumer index
   const int ct = tid & 127;      // thread within the warpgroup
   const int g = lane >> 2, t = lane & 3;
@@ -516,15 +524,16 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
         pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
       }
     };
-    // Turns on the tensor cores: consumer c waits on barrier kBarTurn + c and then
-    // hands the turn to the other; consumer 1 hands consumer 0 the first turn of
-    // each item and skips the hand-over after its last (every arrival has its
-    // wait, so the turns alternate strictly across items too).
+    // Turns on the tensor cores, round robin: consumer c waits on barrier kBarTurn + c
+    // and then hands the turn to the next; the last consumer hands consumer 0 the first
+    // turn of each item and skips the hand-over after its last (every arrival has its
+    // wait, so the turns go round strictly across items too).
+    constexpr int CN = Tr::kConsumers;
     auto my_turn = [&]() { named_sync(kBarTurn + c, 256); };
     auto pass_turn = [&](int kt) {
-      if (!(c == 1 && kt == num_tiles - 1)) named_arrive(kBarTurn + (1 - c), 256);
+      if (!(c == CN - 1 && kt == num_tiles - 1)) named_arrive(kBarTurn + (c + 1) % CN, 256);
     };
-    if (c == 1) named_arrive(kBarTurn + 0, 256);
+    if (c == CN - 1) named_arrive(kBarTurn + 0, 256);
 
     // O's rescale factors from the last softmax, applied before the next P V issue.
     float alpha_pv[2] = {1.f, 1.f};
@@ -708,12 +717,12 @@ cudaError_t launch_ws(cudaStream_t stream, const CUtensorMap& km, const CUtensor
   static int per_sm = 0;
   if (per_sm == 0) {
     const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_ws_kernel<Tr>,
-                                                                        WsConfig::kThreads, Tr::kSmemBytes);
+                                                                        Tr::kThreads, Tr::kSmemBytes);
     if (e != cudaSuccess) return e;
     per_sm = std::max(per_sm, 1);
   }
   grid = static_cast<unsigned>(std::min<long long>(grid, static_cast<long long>(per_sm) * detail::sm_count()));
-  attention_ws_kernel<Tr><<<grid, WsConfig::kThreads, Tr::kSmemBytes, stream>>>(km, vm, qm, p);
+  attention_ws_kernel<Tr><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(km, vm, qm, p);
   return cudaGetLastError();
 }
 
@@ -730,6 +739,26 @@ int attention_ws_block_n(int head_dim) {
     case 256: return WsD256::kBlockN;
     default: return 0;
   }
+}
+
+int attention_ws_block_m(int head_dim) {
+  switch (head_dim) {
+    case 64: return WsD64::kBlockM;
+    case 128: return WsD128::kBlockM;
+    case 256: return WsD256::kBlockM;
+    default: return 0;
+  }
+}
+
+int attention_ws_rows_per_tile(const LayerShape& shape) {
+  const int m = attention_ws_block_m(shape.head_dim);
+  if (m == 0 || shape.num_kv_heads <= 0 || shape.num_q_heads % shape.num_kv_heads != 0) return 0;
+  return m / std::min(shape.num_q_heads / shape.num_kv_heads, m);
+}
+
+std::vector<AttnWorkItem> plan_attention_ws_work(const LayerShape& shape, const std::vector<int32_t>& cu_seqlens_host,
+                                                 const std::vector<int32_t>& kv_lens_host) {
+  return plan_attention_tiles(attention_ws_rows_per_tile(shape), cu_seqlens_host, kv_lens_host);
 }
 
 int attention_ws_tma_rows(const LayerShape& shape) {
@@ -751,10 +780,11 @@ cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& a, bool tma
   p.num_q_heads = shape.num_q_heads;
   p.num_kv_heads = shape.num_kv_heads;
   p.group = shape.num_q_heads / shape.num_kv_heads;
-  p.heads_per_cta = std::min(p.group, WsConfig::kBlockM);
+  const int block_m = attention_ws_block_m(shape.head_dim);
+  p.heads_per_cta = std::min(p.group, block_m);
   p.head_chunks = (p.group + p.heads_per_cta - 1) / p.heads_per_cta;
-  p.rows_per_tile = WsConfig::kBlockM / p.heads_per_cta;
-  if (p.rows_per_tile != attention_mma_rows_per_tile(shape)) return cudaErrorInvalidValue;  // one work list
+  p.rows_per_tile = block_m / p.heads_per_cta;
+  if (p.rows_per_tile != attention_ws_rows_per_tile(shape)) return cudaErrorInvalidValue;  // the work list's tiles
   p.block_size = shape.block_size;
   p.num_blocks = shape.num_blocks;
   p.block_shift = -1;

@@ -1,9 +1,11 @@
 // attention_ws.h: version 4 of the paged varlen causal GQA attention, the
 // FlashAttention-3 style warp-specialized Hopper kernel (`--impl attention=ws`).
-// Same math contract, work list (plan_attention_mma_work) and invariants as the
-// wgmma kernel of attention_mma.h; sm_90a only.
+// Same math contract and invariants as the wgmma kernel of attention_mma.h, its
+// longest-first work list with this kernel's q-tiles (plan_attention_ws_work); sm_90a only.
 #pragma once
 #include <cuda_runtime_api.h>
+
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -16,10 +18,17 @@ bool attention_ws_supported(const LayerShape& shape);
 // tile in pieces of whole 1024-byte swizzle atoms (then the producer copies
 // with cp.async).
 int attention_ws_tma_rows(const LayerShape& shape);
-// Keys per K/V tile at this head dim (the traits table).
+// Keys per K/V tile and query vectors per CTA (64 per consumer warpgroup) at this
+// head dim (the traits table).
 int attention_ws_block_n(int head_dim);
+int attention_ws_block_m(int head_dim);
+// Tokens per q-tile: block_m / min(GQA group, block_m) (heads packed into M).
+int attention_ws_rows_per_tile(const LayerShape& shape);
+// The longest-first (stream, q-tile) work list with attention_ws_rows_per_tile's tiles.
+std::vector<AttnWorkItem> plan_attention_ws_work(const LayerShape& shape, const std::vector<int32_t>& cu_seqlens_host,
+                                                 const std::vector<int32_t>& kv_lens_host);
 // Same arguments and semantics as launch_attention_mma; `work` from
-// plan_attention_mma_work. `tma`: the producer loads the in-bound pieces of
+// plan_attention_ws_work. `tma`: the producer loads the in-bound pieces of
 // each tile with TMA where attention_ws_tma_rows(shape) > 0; false: cp.async only.
 cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& args, bool tma);
 

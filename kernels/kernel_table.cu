@@ -156,6 +156,7 @@ SsmLayout ssm_layout(const Ctx& c, const pb_ssm_shape& s, uint32_t T, uint32_t N
 std::vector<AttnWorkItem> plan_work(const Ctx& c, const LayerShape& shape, const pb_batched_attn_metadata& m) {
   const std::vector<int32_t> cu = host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count);
   const std::vector<int32_t> kv = host_vec(m.kv_lens_host, m.kv_lens_host_count);
+  if (attention_ws(c, shape)) return plan_attention_ws_work(shape, cu, kv);
   return attention_variant(c, shape) != -2 ? plan_attention_mma_work(shape, cu, kv)
                                             : plan_attention_work(shape, cu, kv);
 }
@@ -166,8 +167,9 @@ std::vector<AttnWorkItem> plan_work(const Ctx& c, const LayerShape& shape, const
 // a captured launch stays valid for every batch of the bucket (PB_CAP_GRAPH); the
 // list prepare() writes is padded with {-1, -1} items, which the kernels skip.
 size_t max_work_items(const Ctx& c, const LayerShape& shape, const pb_batched_attn_metadata& m) {
-  const uint64_t rows = static_cast<uint64_t>(attention_variant(c, shape) != -2 ? attention_mma_rows_per_tile(shape)
-                                                                                : attention_rows_per_tile(shape));
+  const uint64_t rows = static_cast<uint64_t>(attention_ws(c, shape)                ? attention_ws_rows_per_tile(shape)
+                                              : attention_variant(c, shape) != -2 ? attention_mma_rows_per_tile(shape)
+                                                                                  : attention_rows_per_tile(shape));
   if (rows == 0) return 0;
   return static_cast<size_t>((uint64_t(m.total_tokens) + uint64_t(m.batch_size) * (rows - 1)) / rows);
 }

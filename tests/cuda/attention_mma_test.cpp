@@ -181,7 +181,9 @@ struct Problem {
     CK(pb::kernels::launch_fill_u16(nullptr, d_out, q.size(), pb::kBf16PoisonBits));
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
     const std::vector<pb::kernels::AttnWorkItem> work =
-        variant < 0 ? pb::kernels::plan_attention_work(shape, cu, kv) : pb::kernels::plan_attention_mma_work(shape, cu, kv);
+        variant < 0        ? pb::kernels::plan_attention_work(shape, cu, kv)
+        : variant >= kWsCp ? pb::kernels::plan_attention_ws_work(shape, cu, kv)
+                           : pb::kernels::plan_attention_mma_work(shape, cu, kv);
     pb::kernels::AttnWorkItem* d_work = dev_upload(work);
     const auto* qb = reinterpret_cast<const pb::bf16*>(d_q);
     const auto* kb = reinterpret_cast<const pb::bf16*>(d_k);
@@ -301,10 +303,15 @@ void check_numeric(Problem& P, int variant, const std::vector<uint16_t>& ref32, 
   if (again != got) fail(tag + ": two runs differ (a race?)");
 }
 
+// Tokens per q-tile of this kernel (the ws kernel's tiles may be larger).
+int tile_rows(const Problem& P, int variant) {
+  return variant >= kWsCp ? pb::kernels::attention_ws_rows_per_tile(P.shape)
+                          : pb::kernels::attention_mma_rows_per_tile(P.shape);
+}
 // Row i of stream b belongs to the q-tile (i / rows); the highest key that
 // tile loads is chunk_start + last row of the tile (+1 under the fault).
-int tile_last_key(const Problem& P, int b, int i, int extra) {
-  const int rows = pb::kernels::attention_mma_rows_per_tile(P.shape);
+int tile_last_key(const Problem& P, int variant, int b, int i, int extra) {
+  const int rows = tile_rows(P, variant);
   const int last = std::min((i / rows + 1) * rows, P.c.streams[b].count) - 1;
   return P.c.streams[b].chunk_start + last + extra;
 }
@@ -329,7 +336,7 @@ void check_nan_semantics(Problem& P, int variant, const char* vname) {
   const std::vector<uint16_t> off = P.run(variant, true), off32 = P.run(-1, true);
   for (int b = 0; b < N; ++b) {
     const int cnt = P.c.streams[b].count;
-    const int rows = pb::kernels::attention_mma_rows_per_tile(P.shape);
+    const int rows = tile_rows(P, variant);
     for (int h = 0; h < Hq; ++h) {
       expect(P.row_all_nan(off, b, cnt - 1, h), "off-by-one: stream " + std::to_string(b) + " last row not NaN");
       expect(P.row_nan(off32, b, cnt - 1, h), "off-by-one (fp32): stream " + std::to_string(b) + " last row not NaN");
@@ -371,7 +378,7 @@ void check_nan_semantics(Problem& P, int variant, const char* vname) {
   for (int i = 0; i < cnt; ++i)
     for (int h = 0; h < Hq; ++h) {
       if (h < group && cs + i >= p0) expect(P.row_nan(vnan, sb, i, h), "V NaN: a row in range not NaN");
-      if (h >= group || tile_last_key(P, sb, i, 0) < p0)
+      if (h >= group || tile_last_key(P, variant, sb, i, 0) < p0)
         expect(!P.row_nan(vnan, sb, i, h), "V NaN: row " + std::to_string(i) + " head " + std::to_string(h) +
                                                " of a tile that never loads it is NaN");
     }
@@ -386,7 +393,7 @@ void check_nan_semantics(Problem& P, int variant, const char* vname) {
     for (int i = 0; i < cnt; ++i)
       for (int h = 0; h < Hq; ++h) {
         if (cs + i >= first_key) expect(P.row_nan(bnan, sb, i, h), "bad block id: a row reading it is not NaN");
-        if (tile_last_key(P, sb, i, 0) < first_key)
+        if (tile_last_key(P, variant, sb, i, 0) < first_key)
           expect(!P.row_nan(bnan, sb, i, h), "bad block id: a row of a tile before it is NaN");
       }
   }
