@@ -3,8 +3,8 @@
 // consumer warpgroups (C = 2; 3 at d64: WsTraits) walks the longest-first work list
 // (plan_attention_ws_work) in a snake order; an entry is one work item (stream,
 // q-tile) and one kv head, M = 64 C query vectors (heads packed into M).
-//   warpgroup 0, producer (setmaxnreg down to 40, or 32 with three consumers): warp 0 loads Q and the K
-//     tiles, warp 1 the V tiles, through the stream's block table into two
+//   warpgroup 0, producer (setmaxnreg down to 40, or 32 with three consumers):
+//     warp 0 loads Q and the K tiles, warp 1 the V tiles, through the stream's block table into two
 //     shared-memory rings (K's a stage deeper: the consumers use K of tile k with
 //     V of tile k - 1), each stage with its own full/empty mbarriers; each ring's
 //     warp waits only on its own ring's free stages. A tile goes piece by piece
@@ -16,8 +16,8 @@
 //     to the async proxy before the arrival. K needs no zeros: a score past every
 //     row's bound is replaced by -inf, so a K piece starting in bound goes by TMA
 //     whole and one past the bound is not loaded.
-//   warpgroups 1..C, consumers (setmaxnreg up to 232, or 160 with three): each owns 64 query
-//     vectors; S = Q K^T as wgmma from shared memory; online softmax in fp32
+//   warpgroups 1..C, consumers (setmaxnreg up to 232, or 160 with three): each
+//     owns 64 query vectors; S = Q K^T as wgmma from shared memory; online softmax in fp32
 //     (base 2); P rounded to bf16 in registers as the A operand of O += P V.
 //     Inside a warpgroup the next tile's S wgmma is issued with the previous
 //     tile's P V wgmma before the softmax (wait_group 1); between the
