@@ -97,8 +97,8 @@ bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" 
 // The warp-specialized kernel (attention_ws.cu) when asked for or under auto, where
 // the shape and device allow it; it shares the tensor-core kernel's work list.
 // auto takes it at every head dim and head layout (kernels/PERF-NOTES.md "v8", H200):
-// 1.1-1.8x the wgmma kernel on long and mixed batches, GQA included; on 32 x 512
-// GQA 16/2 it is 6% slower, the one measured row it loses. A rule by shape alone:
+// 1.1-1.8x the wgmma kernel on long and mixed batches, GQA included; 32 x 512
+// GQA 16/2 is the one measured shape it loses (6% at d128, 5% at d64 before v8.2). A rule by shape alone:
 // one by the batch's lengths would run a stream alone in another kernel than
 // co-batched, which the invariance check rightly fails.
 bool attention_ws(const Ctx& c, const LayerShape& shape) {
