@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# device-attn-ws.sh: one device call that decides whether the warp-specialized
-# attention kernel (kernels/attention_ws.cu, --impl attention=ws) may become the
-# default. Run on the GPU machine from the repo root with bundle/ present
+# device-attn-ws.sh: one device call that checks a change to the warp-specialized
+# attention kernel (kernels/attention_ws.cu, --impl attention=ws; `auto`'s kernel on
+# sm_90) and times it against the wgmma kernel (--impl attention=mma). Run on the GPU machine from the repo root with bundle/ present
 # (scripts/bundle.sh; or PB_BUNDLE=DIR holding prefill-bench, attention_mma_test,
 # scenarios/ and tests/*.yaml). In order, each step logged, a summary printed last:
 # 1. attention_mma_test: ws and ws:cp against the fp32 oracle and the float64
