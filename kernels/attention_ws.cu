@@ -780,11 +780,9 @@ cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& a, bool tma
   p.num_q_heads = shape.num_q_heads;
   p.num_kv_heads = shape.num_kv_heads;
   p.group = shape.num_q_heads / shape.num_kv_heads;
-  const int block_m = attention_ws_block_m(shape.head_dim);
-  p.heads_per_cta = std::min(p.group, block_m);
+  p.heads_per_cta = std::min(p.group, attention_ws_block_m(shape.head_dim));
   p.head_chunks = (p.group + p.heads_per_cta - 1) / p.heads_per_cta;
-  p.rows_per_tile = block_m / p.heads_per_cta;
-  if (p.rows_per_tile != attention_ws_rows_per_tile(shape)) return cudaErrorInvalidValue;  // the work list's tiles
+  p.rows_per_tile = attention_ws_rows_per_tile(shape);  // the work list's tiles (plan_attention_ws_work)
   p.block_size = shape.block_size;
   p.num_blocks = shape.num_blocks;
   p.block_shift = -1;

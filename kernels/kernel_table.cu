@@ -95,12 +95,12 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
 // only 1.13x at 1 x 65536 (kernels/PERF-NOTES.md "gdn split v2", H200).
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
 // The warp-specialized kernel (attention_ws.cu) when asked for or under auto, where
-// the shape and device allow it; it shares the tensor-core kernel's work list.
+// the shape and device allow it; its q-tiles are its own (attention_tile_rows).
 // auto takes it at every head dim and head layout (kernels/PERF-NOTES.md "v8", H200):
-// 1.1-1.8x the wgmma kernel on long and mixed batches, GQA included; 32 x 512
-// GQA 16/2 is the one measured shape it loses (6% at d128, 5% at d64 before v8.2). A rule by shape alone:
-// one by the batch's lengths would run a stream alone in another kernel than
-// co-batched, which the invariance check rightly fails.
+// 1.1-1.8x the wgmma kernel on long and mixed batches, GQA included; 32 x 512 GQA
+// 16/2 is the one measured shape it loses (6% at d128, 5% at d64 before v8.2). A rule
+// by shape alone: one by the batch's lengths would run a stream alone in another
+// kernel than co-batched, which the invariance check rightly fails.
 bool attention_ws(const Ctx& c, const LayerShape& shape) {
   const bool want = c.attention.rfind("ws", 0) == 0 || c.attention == "auto";
   return want && attention_ws_supported(shape);
@@ -153,12 +153,16 @@ SsmLayout ssm_layout(const Ctx& c, const pb_ssm_shape& s, uint32_t T, uint32_t N
   return l;
 }
 
+// Tokens per q-tile of the attention kernel that runs this shape: the work list's
+// tiles and the grid bound below both follow it.
+int attention_tile_rows(const Ctx& c, const LayerShape& shape) {
+  if (attention_ws(c, shape)) return attention_ws_rows_per_tile(shape);
+  return attention_variant(c, shape) != -2 ? attention_mma_rows_per_tile(shape) : attention_rows_per_tile(shape);
+}
+
 std::vector<AttnWorkItem> plan_work(const Ctx& c, const LayerShape& shape, const pb_batched_attn_metadata& m) {
-  const std::vector<int32_t> cu = host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count);
-  const std::vector<int32_t> kv = host_vec(m.kv_lens_host, m.kv_lens_host_count);
-  if (attention_ws(c, shape)) return plan_attention_ws_work(shape, cu, kv);
-  return attention_variant(c, shape) != -2 ? plan_attention_mma_work(shape, cu, kv)
-                                            : plan_attention_work(shape, cu, kv);
+  return plan_attention_tiles(attention_tile_rows(c, shape), host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count),
+                              host_vec(m.kv_lens_host, m.kv_lens_host_count));
 }
 
 // The bucket's bound on the attention work list: for any split of total_tokens
@@ -167,9 +171,7 @@ std::vector<AttnWorkItem> plan_work(const Ctx& c, const LayerShape& shape, const
 // a captured launch stays valid for every batch of the bucket (PB_CAP_GRAPH); the
 // list prepare() writes is padded with {-1, -1} items, which the kernels skip.
 size_t max_work_items(const Ctx& c, const LayerShape& shape, const pb_batched_attn_metadata& m) {
-  const uint64_t rows = static_cast<uint64_t>(attention_ws(c, shape)                ? attention_ws_rows_per_tile(shape)
-                                              : attention_variant(c, shape) != -2 ? attention_mma_rows_per_tile(shape)
-                                                                                  : attention_rows_per_tile(shape));
+  const uint64_t rows = static_cast<uint64_t>(attention_tile_rows(c, shape));
   if (rows == 0) return 0;
   return static_cast<size_t>((uint64_t(m.total_tokens) + uint64_t(m.batch_size) * (rows - 1)) / rows);
 }
