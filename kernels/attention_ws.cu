@@ -438,6 +438,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const int m0 = c * 64 + (warp & 3) * 16;  // this warp's 16 vectors
   uint32_t it = 0, nq = 0;  // the producer's running tile and item counts, kept in step
 
+  // Turns on the tensor cores go round robin, one token for the whole walk: consumer c
+  // waits on named barrier kBarTurn + c, issues, and hands the turn to consumer c + 1
+  // (mod C), across items too: the last consumer's last turn of an item hands consumer 0
+  // the first turn of the next, so consumer 0 starts the next item's first S while the
+  // others finish this one's softmax, last P V and epilogue. The last consumer puts the
+  // token in before the first item and consumer 0 takes it out after the last, so every
+  // arrival has its wait.
+  constexpr int CN = Tr::kConsumers;
+  if (c == CN - 1) named_arrive(kBarTurn + 0, 256);
+
 #pragma unroll 1
   for (int r = 0; r * G < total; ++r) {
     const WsItem w = ws_item<N>(p, item_at(r));
@@ -524,16 +534,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
       }
     };
-    // Turns on the tensor cores, round robin: consumer c waits on barrier kBarTurn + c
-    // and then hands the turn to the next; the last consumer hands consumer 0 the first
-    // turn of each item and skips the hand-over after its last (every arrival has its
-    // wait, so the turns go round strictly across items too).
-    constexpr int CN = Tr::kConsumers;
+    // Turns on the tensor cores (see kBarTurn above the item loop).
     auto my_turn = [&]() { named_sync(kBarTurn + c, 256); };
-    auto pass_turn = [&](int kt) {
-      if (!(c == CN - 1 && kt == num_tiles - 1)) named_arrive(kBarTurn + (c + 1) % CN, 256);
-    };
-    if (c == CN - 1) named_arrive(kBarTurn + 0, 256);
+    auto pass_turn = [&]() { named_arrive(kBarTurn + (c + 1) % CN, 256); };
 
     // O's rescale factors from the last softmax, applied before the next P V issue.
     float alpha_pv[2] = {1.f, 1.f};
@@ -549,7 +552,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       mbar_wait(full_bar(0, st), phase_of(0, it));
       my_turn();
       issue_s(st);
-      pass_turn(0);
+      pass_turn();
       wgmma_wait0();
       release(empty_bar(0, st));
       softmax(0, alpha);
@@ -569,7 +572,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       }
       issue_pv(pst);
       wgmma_commit();
-      pass_turn(kt);
+      pass_turn();
       wgmma_wait1();  // S is done: K of tile kt is free; the softmax runs under P V
       release(empty_bar(0, st));
       softmax(kt, alpha_pv);
@@ -629,6 +632,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       release(q_empty(qb));
     }
   }
+  if (c == 0) named_sync(kBarTurn + 0, 256);  // the token's last hand-over
 #else
   __trap();  // built without sm_90a: the launcher never selects this kernel then
 #endif
