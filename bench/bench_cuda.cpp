@@ -4,12 +4,15 @@
 // docs/DEVICE-NOTES.md mixed batch, 8 x 4096, 32 x 512, continuation chunks) x
 // GQA ratio (16 q heads over 2 or 16 kv heads), plus issue 15's rows outside that
 // grid (1 x 16384 at d64/128/256, 4 x 4096 d128, MHA). Google Benchmark with manual
-// time: each iteration is one launch between two CUDA events; counters TFLOP/s
+// time: each iteration is one launch between two CUDA events (bench/cuda_bench_util.h's protocol); counters TFLOP/s
 // and GB/s count work as docs/DESIGN.md "Counting work" (lib/work_counts). Inputs are random bf16 (never
 // zeros, the whole cache) in a paged cache with a random block permutation.
-// Usage: pb_bench_cuda [--export DIR] [google benchmark flags]
+// Usage: pb_bench_cuda [--export DIR] [--rest-ms N] [--warmup N] [--samples N] [--l2 cold|hot]
+//                      [google benchmark flags]
 //   --export DIR writes DIR/<config>.json (lib/export) for every benchmarked
 //   batch, the input of scripts/peer_torch.py, and exits.
+//   The timing protocol's knobs (bench/cuda_bench_util.h; default: rest 250 ms, 3
+//   warm-ups, 20 samples, cold L2); TFLOP/s and GB/s are from the median sample.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -242,11 +245,10 @@ void BM_Attention(benchmark::State& state, const MixDef* m, int D, int hq, int h
     state.SkipWithError(e.what());
     return;
   }
-  const double total_s = time_launches(state, [&](cudaStream_t st) { return b->launch(variant, st); });
-  if (total_s > 0) {
-    const double it = static_cast<double>(state.iterations());
-    state.counters["TFLOP/s"] = b->flops * it / total_s / 1e12;
-    state.counters["GB/s"] = b->bytes * it / total_s / 1e9;
+  const BenchSamples t = time_launches(state, [&](cudaStream_t st) { return b->launch(variant, st); });
+  if (t.n > 0) {
+    state.counters["TFLOP/s"] = b->flops / t.median_s / 1e12;
+    state.counters["GB/s"] = b->bytes / t.median_s / 1e9;
     state.counters["GFLOP"] = b->flops / 1e9;
   }
 }
@@ -255,26 +257,14 @@ void register_config(const MixDef& m, int D, const int h[2]) {
   const std::string base = "attn/" + config_name(m, D, h[0], h[1]);
   for (const auto& [name, variant] : {std::pair{"default", kDefault}, std::pair{"mma.default", -1}, std::pair{"ws", kWs}})
     benchmark::RegisterBenchmark((base + "/" + name).c_str(), BM_Attention, &m, D, h[0], h[1], variant)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(0.03)
-        ->Repetitions(3)
-        ->ReportAggregatesOnly(true);
+        ->Apply(apply_bench_protocol);
   for (const pb::kernels::AttnMmaVariant& v : pb::kernels::attention_mma_variants(D))
     benchmark::RegisterBenchmark((base + "/mma.v" + std::to_string(v.variant) + "." + v.name).c_str(),
                                  BM_Attention, &m, D, h[0], h[1], v.variant)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(0.03)
-        ->Repetitions(3)
-        ->ReportAggregatesOnly(true);
+        ->Apply(apply_bench_protocol);
   if (h[1] == 2)  // the fp32 oracle: GQA 8 only (it is slow)
     benchmark::RegisterBenchmark((base + "/fp32").c_str(), BM_Attention, &m, D, h[0], h[1], kFp32)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(0.02)
-        ->Repetitions(3)
-        ->ReportAggregatesOnly(true);
+        ->Apply(apply_bench_protocol);
 }
 
 void register_all() {
@@ -312,6 +302,11 @@ int main(int argc, char** argv) {
                 std::size(kMixes) * std::size(kHeadDims) * std::size(kHeads) + std::size(kExtraConfigs),
                 dir.c_str());
     return 0;
+  }
+  std::string perr;
+  if (!parse_bench_protocol(argc, argv, perr)) {
+    std::fprintf(stderr, "pb_bench_cuda: %s\n", perr.c_str());
+    return 2;
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {

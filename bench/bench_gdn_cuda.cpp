@@ -6,13 +6,14 @@
 // 64) x stream mix (8 x 2048, the 16k-token target; the docs/DEVICE-NOTES.md mixed batch;
 // 32 x 512); plus staging the mixed batch (lib/staging) and uploading its scratch
 // image from pinned memory. Google Benchmark with manual time: each kernel
-// iteration is one launch between two CUDA events. Counters: tokens/s, GB/s with
+// iteration is one launch between two CUDA events (bench/cuda_bench_util.h's protocol). Counters: tokens/s, GB/s with
 // the bytes lib/work_counts counts (the fewest a kernel must move: each input read
 // once, each output written once, h_state read and written), and "x floor" = time
 // over those bytes at kCopyBytesPerS. Inputs come from lib/'s generator (x, conv_w,
 // g in [-0.31, -0.01], beta in [0.05, 0.95]); the recurrence reads conv1d's
 // output on that x; h_state is small random.
-// Usage: pb_bench_gdn_cuda [google benchmark flags]
+// Usage: pb_bench_gdn_cuda [--rest-ms N] [--warmup N] [--samples N] [--l2 cold|hot] [google benchmark flags]
+// (the timing protocol of bench/cuda_bench_util.h; the kernels' counters are from the median sample)
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -209,12 +210,12 @@ void BM_Gdn(benchmark::State& state, const ShapeDef* sh, const MixDef* m, Kernel
     state.SkipWithError(e.what());
     return;
   }
-  const double total_s = time_launches(state, [&](cudaStream_t st) { return b->launch(k, st); });
-  if (total_s > 0) {
-    const double it = static_cast<double>(state.iterations()), bytes = b->work(k).bytes;
-    state.counters["tokens/s"] = b->T * it / total_s;
-    state.counters["GB/s"] = bytes * it / total_s / 1e9;
-    state.counters["x floor"] = (total_s / it) / (bytes / kCopyBytesPerS);
+  const BenchSamples t = time_launches(state, [&](cudaStream_t st) { return b->launch(k, st); });
+  if (t.n > 0) {
+    const double bytes = b->work(k).bytes;
+    state.counters["tokens/s"] = b->T / t.median_s;
+    state.counters["GB/s"] = bytes / t.median_s / 1e9;
+    state.counters["x floor"] = t.median_s / (bytes / kCopyBytesPerS);
   }
 }
 
@@ -278,12 +279,7 @@ void BM_StageUpload(benchmark::State& state, const MixDef* m) {
 
 void register_all() {
   const auto reg = [](const std::string& name, auto fn, auto... args) {
-    benchmark::RegisterBenchmark(name.c_str(), fn, args...)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(0.03)
-        ->Repetitions(3)
-        ->ReportAggregatesOnly(true);
+    benchmark::RegisterBenchmark(name.c_str(), fn, args...)->Apply(apply_bench_protocol);
   };
   for (const ShapeDef& sh : kShapes)
     for (const MixDef& m : kMixes) {
@@ -312,6 +308,11 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string perr;
+  if (!parse_bench_protocol(argc, argv, perr)) {
+    std::fprintf(stderr, "pb_bench_gdn_cuda: %s\n", perr.c_str());
+    return 2;
+  }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("skipped: no CUDA device\n");

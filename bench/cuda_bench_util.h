@@ -1,14 +1,30 @@
 // cuda_bench_util.h: what the GPU benchmarks share: BCK (throw on a failed CUDA
-// call) and time_launches, the CUDA-event manual timing of one launch per
-// Google Benchmark iteration.
-// Invariant: time_launches creates and destroys its own stream and events; on
-// any CUDA error it calls SkipWithError and returns a negative time.
+// call), the timing protocol device-bench holds ours and PyTorch's peers to, and
+// time_launches, which times one launch per Google Benchmark iteration under it.
+// The protocol (scripts/peer_torch.py's time_loop is its twin, and device-bench.sh
+// passes both programs the same values): rest `rest_ms` with the GPU idle, then
+// `warmup` untimed launches, then `samples` timed ones, each after an L2 flush (a
+// write of twice the L2 size, outside the two events) when `l2` is cold; the figures
+// come from the median sample. The rest and the short burst put both sides' samples
+// at the same clocks (a kernel timed after seconds of other kernels meets the power
+// cap; docs/DEVICE-NOTES.md, session 26); the SM clock and throttle reasons at the
+// end of each burst are reported beside the time.
+// Invariant: time_launches creates and destroys its own stream and events; on any
+// CUDA error it calls SkipWithError and returns a negative median.
 #pragma once
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include "lib/gpu_clocks.h"
 
 #define BCK(call)                                                                              \
   do {                                                                                         \
@@ -17,38 +33,124 @@
       throw std::runtime_error(std::string(#call) + " failed: " + cudaGetErrorString(e_));     \
   } while (0)
 
-// One warm-up launch (it also does any attribute set-up), then per iteration
-// one launch between two events; each iteration's time is the events' elapsed
-// time. Returns the total of those times in seconds (< 0 after an error).
+struct BenchProtocol {
+  int rest_ms = 250;
+  int warmup = 3;
+  int samples = 20;
+  bool l2_cold = true;
+};
+
+inline BenchProtocol& bench_protocol() {
+  static BenchProtocol p;
+  return p;
+}
+
+// Takes --rest-ms N, --warmup N, --samples N and --l2 cold|hot out of argv (before
+// benchmark::Initialize sees it). Returns false with a message on a bad value.
+inline bool parse_bench_protocol(int& argc, char** argv, std::string& error) {
+  BenchProtocol& p = bench_protocol();
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    const bool known = !std::strcmp(a, "--rest-ms") || !std::strcmp(a, "--warmup") || !std::strcmp(a, "--samples") ||
+                       !std::strcmp(a, "--l2");
+    if (!known) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    if (i + 1 >= argc) {
+      error = std::string(a) + " needs a value";
+      return false;
+    }
+    const std::string v = argv[++i];
+    if (!std::strcmp(a, "--l2")) {
+      if (v != "cold" && v != "hot") {
+        error = "--l2 takes cold or hot, not '" + v + "'";
+        return false;
+      }
+      p.l2_cold = v == "cold";
+      continue;
+    }
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    const long lo = !std::strcmp(a, "--samples") ? 1 : 0;
+    if (v.empty() || *end != '\0' || n < lo || n > 100000) {
+      error = std::string(a) + " takes an integer from " + std::to_string(lo) + ", not '" + v + "'";
+      return false;
+    }
+    (!std::strcmp(a, "--rest-ms") ? p.rest_ms : !std::strcmp(a, "--warmup") ? p.warmup : p.samples) = static_cast<int>(n);
+  }
+  argc = out;
+  argv[argc] = nullptr;
+  return true;
+}
+
+// Registers `b` under the protocol: one sample per iteration, no repetitions.
+inline void apply_bench_protocol(benchmark::internal::Benchmark* b) {
+  b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(bench_protocol().samples);
+}
+
+// The median of a benchmark's samples; n = 0 after an error.
+struct BenchSamples {
+  double median_s = -1;
+  int n = 0;
+};
+
+// Times `launch` under bench_protocol(): each iteration's time is one launch's
+// elapsed time between two events. Sets the counters median_ms, sm_mhz_end and
+// throttle_end (NVML's throttle bits after the last sample; 0: none).
 template <class Launch>
-double time_launches(benchmark::State& state, Launch launch) {
+BenchSamples time_launches(benchmark::State& state, Launch launch) {
+  const BenchProtocol& p = bench_protocol();
+  static void* flush_buf = nullptr;
+  static size_t flush_bytes = 0;
   cudaStream_t st = nullptr;
   cudaEvent_t e0, e1;
   if (cudaStreamCreate(&st) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
       cudaEventCreate(&e1) != cudaSuccess) {
     state.SkipWithError("CUDA stream/event creation failed");
-    return -1;
+    return {};
   }
-  cudaError_t err = launch(st);
+  cudaError_t err = cudaSuccess;
+  if (p.l2_cold && !flush_buf) {
+    int l2 = 0;
+    cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
+    flush_bytes = 2 * static_cast<size_t>(std::max(l2, 0));
+    if (flush_bytes) err = cudaMalloc(&flush_buf, flush_bytes);
+  }
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (p.rest_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(p.rest_ms));
+  for (int i = 0; i < p.warmup && err == cudaSuccess; ++i) err = launch(st);
   if (err == cudaSuccess) err = cudaStreamSynchronize(st);
-  double total_s = 0;
+  std::vector<double> ms;
+  unsigned char fill = 0;
   for (auto _ : state) {
     if (err != cudaSuccess) break;
+    if (p.l2_cold && flush_buf) err = cudaMemsetAsync(flush_buf, ++fill, flush_bytes, st);
     cudaEventRecord(e0, st);
-    err = launch(st);
+    if (err == cudaSuccess) err = launch(st);
     cudaEventRecord(e1, st);
     if (err == cudaSuccess) err = cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    state.SetIterationTime(ms * 1e-3);
-    total_s += ms * 1e-3;
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    state.SetIterationTime(t * 1e-3);
+    ms.push_back(t);
   }
+  const pb::ClockSnapshot clk = pb::read_gpu_clocks();
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cudaStreamDestroy(st);
-  if (err != cudaSuccess) {
-    state.SkipWithError(cudaGetErrorString(err));
-    return -1;
+  if (err != cudaSuccess || ms.empty()) {
+    state.SkipWithError(err != cudaSuccess ? cudaGetErrorString(err) : "no samples");
+    return {};
   }
-  return total_s;
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  const double med = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  state.counters["median_ms"] = med;
+  if (clk.available) {
+    state.counters["sm_mhz_end"] = clk.sm_mhz;
+    state.counters["throttle_end"] = static_cast<double>(clk.throttle_bits & ~1ull);  // gpu_idle is no throttle
+  }
+  return {med * 1e-3, static_cast<int>(n)};
 }

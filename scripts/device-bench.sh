@@ -20,6 +20,7 @@
 # bench.json, peer.json, ratio.txt, harness.txt, gdn-bench.json, fla.json, gdn-peer.txt.
 # Knobs: PB_BUNDLE, PB_BENCH_PASS1/2 or PB_BENCH_FILTER (google benchmark regexes),
 # PB_PEER, PB_FLEX (the batches FlexAttention runs on, a regex; "" none), PB_HARNESS_KERNELS (default "mma fp32"), PB_SKIP (words: ours peer harness gdn fla),
+# PB_REST_MS, PB_WARMUP, PB_SAMPLES, PB_L2 (the timing protocol: 250, 3, 20, cold),
 # FLA_PARENT, PB_FLA_SHAPES (a subset of peer_fla.py's shape names), PB_FLA_TIMEOUT (default 480 s:
 # fla autotunes every shape on its first calls, 30-60 s a shape on the H200).
 set -uo pipefail
@@ -30,6 +31,10 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 work="$(mktemp -d)"
 skip=" ${PB_SKIP:-} "
+# One timing protocol for ours and the peers (bench/cuda_bench_util.h says what it is):
+# pb_bench_cuda, pb_bench_gdn_cuda and peer_torch.py get the same values.
+proto_ours=(--rest-ms "${PB_REST_MS:-250}" --warmup "${PB_WARMUP:-3}" --samples "${PB_SAMPLES:-20}" --l2 "${PB_L2:-cold}")
+proto_peer=(--rest-ms "${PB_REST_MS:-250}" --warmup "${PB_WARMUP:-3}" --repeat "${PB_SAMPLES:-20}" --l2 "${PB_L2:-cold}")
 peer_pat="${PB_PEER:-^(mixed-d(64|128|256)-h16x(2|16)|8x4096-d(128|256)-h16x(2|16)|32x512-d128-h16x(2|16)|chunked8x512at3584-d128-h16x2|1x16384-d(128-h16x16|256-h8x8|64-h32x32)|4x4096-d128-h16x16)$}"
 # FlexAttention compiles each shape (~20-25 s): issue 15's rows only, by default.
 flex_pat="${PB_FLEX-^(mixed-d(64|128|256)-h16x2|8x4096-d(128|256)-h16x2|32x512-d128-h16x16|1x16384-d(128-h16x16|256-h8x8|64-h32x32)|4x4096-d128-h16x16)$}"
@@ -57,7 +62,7 @@ if [[ "$skip" != *" ours "* ]]; then
   for f in "${passes[@]}"; do
     i=$((i + 1))
     echo "== ours: pb_bench_cuda pass $i ($f) [$(elapsed)]"
-    timeout "${PB_PASS_TIMEOUT:-100}" "$B/pb_bench_cuda" --benchmark_filter="$f" --benchmark_out="$work/bench-$i.json" \
+    timeout "${PB_PASS_TIMEOUT:-100}" "$B/pb_bench_cuda" "${proto_ours[@]}" --benchmark_filter="$f" --benchmark_out="$work/bench-$i.json" \
       --benchmark_out_format=json --benchmark_counters_tabular=true
     echo "pb_bench_cuda pass $i exit $? [$(elapsed)]"
   done
@@ -85,7 +90,7 @@ if [[ "$skip" != *" peer "* ]]; then
     n="$(basename "$f" .json)"
     echo "$n" | grep -Eq "$peer_pat" && peers+=("$f")
   done
-  PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_torch.py" "${peers[@]}" --json "$out/peer.json" --flex "$flex_pat"
+  PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_torch.py" "${peers[@]}" "${proto_peer[@]}" --json "$out/peer.json" --flex "$flex_pat"
   echo "peer_torch exit $? [$(elapsed)]"
 fi
 
@@ -106,7 +111,7 @@ fi
 if [[ "$skip" != *" gdn "* ]]; then
   echo "== gdn: pb_bench_gdn_cuda [$(elapsed)]"
   if [ -x "$B/pb_bench_gdn_cuda" ]; then
-    timeout 300 "$B/pb_bench_gdn_cuda" --benchmark_format=console --benchmark_out="$out/gdn-bench.json" \
+    timeout 300 "$B/pb_bench_gdn_cuda" "${proto_ours[@]}" --benchmark_format=console --benchmark_out="$out/gdn-bench.json" \
       --benchmark_out_format=json
     echo "pb_bench_gdn_cuda exit $? [$(elapsed)]"
   else
@@ -141,7 +146,8 @@ python3 - "$out/bench.json" "$out/peer.json" <<'PY' | tee "$out/ratio.txt"
 import json, os, sys
 bench_p, peer_p = sys.argv[1], sys.argv[2]
 PEAK = 790.0  # measured bf16 matrix peak of this workplace's H200 (docs/DEVICE-NOTES.md)
-ours = {}  # batch -> {kernel: (tflops, ms)}
+ours = {}  # batch -> {kernel: (tflops, median ms)}
+clocks, peer_clocks = {}, {}  # batch -> {kernel or backend: (SM MHz, throttle bits) after its last sample}
 if os.path.exists(bench_p):
     for b in json.load(open(bench_p)).get("benchmarks", []):
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
@@ -150,12 +156,14 @@ if os.path.exists(bench_p):
         parts = name.split("/")
         if len(parts) < 3 or "TFLOP/s" not in b:
             continue
-        ours.setdefault(parts[1], {})[parts[2]] = (b["TFLOP/s"], b["real_time"])
+        ours.setdefault(parts[1], {})[parts[2]] = (b["TFLOP/s"], b.get("median_ms", b["real_time"]))
+        clocks.setdefault(parts[1], {})[parts[2]] = (b.get("sm_mhz_end"), b.get("throttle_end"))
 peer = {}
 if os.path.exists(peer_p):
     for r in json.load(open(peer_p))["results"]:
         if "tflops" in r:
             peer.setdefault(r["batch"], {})[r["backend"]] = r["tflops"]
+            peer_clocks.setdefault(r["batch"], {})[r["backend"]] = (r.get("sm_mhz_end"), r.get("throttle_end"))
 cols = ["flash", "cudnn", "efficient", "flex"]
 print("TFLOP/s (docs/DESIGN.md counting; peer = PyTorch SDPA per stream, contiguous K/V, and FlexAttention in one "
       "launch with a document mask; ours = one batched launch, paged K/V)")
@@ -194,16 +202,23 @@ ISSUE15 = [("mixed 7..8192, d128, 16q/2kv", "mixed-d128-h16x2", None),
            ("32 x 512, d128, 16 heads MHA", "32x512-d128-h16x16", None)]
 print()
 print("issue 15: TFLOP/s; best = the best PyTorch backend here (cuDNN, SDPA flash, efficient, Flex; batched "
-      "calls included where streams are equal); FA3 = published H100 figure")
-print(f"{'shape':<32} {'batch':<22} {'ours':>6} {'cuDNN':>6} {'flash':>6} {'Flex':>6} {'FA3':>5} {'ours/best':>9} {'ours/FA3':>8}")
+      "calls included where streams are equal); FA3 = published H100 figure; clocks = SM MHz after the last "
+      "sample, ours / best's (+ throttle bits when not 0)")
+print(f"{'shape':<32} {'batch':<22} {'ours':>6} {'cuDNN':>6} {'flash':>6} {'Flex':>6} {'best':>6} {'best is':<16} {'FA3':>5} "
+      f"{'ours/best':>9} {'ours/FA3':>8}  clocks")
+def clk(c):
+    if not c or c[0] is None:
+        return "?"
+    return f"{c[0]:.0f}" + (f" (0x{int(c[1]):x})" if c[1] else "")
 for label, batch, fa3 in ISSUE15:
     o = ours.get(batch, {}).get("default", (0.0, 0))[0]
     p = peer.get(batch, {})
-    best = max(p.values()) if p else 0.0
+    best_is, best = max(p.items(), key=lambda kv: kv[1]) if p else ("", 0.0)
     f = lambda x: f"{x:6.1f}" if x else f"{'-':>6}"
+    c = f"{clk(clocks.get(batch, {}).get('default'))} / {clk(peer_clocks.get(batch, {}).get(best_is))}"
     print(f"{label:<32} {batch:<22} {f(o)} {f(p.get('cudnn', 0))} {f(p.get('flash', 0))} {f(p.get('flex', 0))} "
-          f"{(str(fa3) if fa3 else ''):>5} {(f'{o / best:.2f}x' if o and best else '-'):>9} "
-          f"{(f'{o / fa3:.2f}x' if o and fa3 else ''):>8}")
+          f"{f(best)} {best_is:<16} {(str(fa3) if fa3 else ''):>5} {(f'{o / best:.2f}x' if o and best else '-'):>9} "
+          f"{(f'{o / fa3:.2f}x' if o and fa3 else ''):>8}  {c}")
 PY
 rm -rf "$work"
 echo "device-bench done [$(elapsed)]"

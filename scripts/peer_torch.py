@@ -14,11 +14,17 @@ concatenated) with a document + causal mask_mod (a query at position
 chunk_start + i sees its own stream's keys 0 .. chunk_start + i), enable_gqa=True;
 the block mask is built and the kernel compiled before the timed region (the plan
 step), K/V contiguous. torch.nn.attention.varlen.varlen_attn takes no
-causal flag, so it is reported as skipped, not timed. Timing: CUDA events
-around the whole loop over streams, 3 warm-ups, 20 timed loops, median.
+causal flag, so it is reported as skipped, not timed. Timing: the protocol of
+bench/cuda_bench_util.h, which pb_bench_cuda holds ours to (device-bench.sh passes both
+the same values): rest --rest-ms with the GPU idle, --warmup untimed loops, then
+--repeat timed ones, each after an L2 flush (a write of twice the L2 size, outside the
+events) under --l2 cold; CUDA events around the whole loop over streams; the median.
+Each result also records the SM clock and throttle reasons after its last sample
+(nvidia-smi; "" where it cannot be read).
 FLOPs are counted as docs/DESIGN.md does: 4 * Hq * D * sum_i (chunk_start + i + 1).
 
-Usage: peer_torch.py BATCH.json... [--json OUT.json] [--warmup 3] [--repeat 20] [--flex REGEX]
+Usage: peer_torch.py BATCH.json... [--json OUT.json] [--rest-ms 250] [--warmup 3] [--repeat 20] [--l2 cold|hot]
+                     [--flex REGEX]
   --flex: the batches FlexAttention runs on (re.search on the batch name; default all:
   each new shape costs a compile of ~20-25 s on the H200; "" runs none)
 """
@@ -26,6 +32,7 @@ import argparse
 import json
 import re
 import statistics
+import subprocess
 import sys
 import time
 
@@ -74,19 +81,42 @@ def attend(q, k, v, chunk_start, gqa_mode, group):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
 
 
-def time_loop(fn, warmup, repeat):
-    for _ in range(warmup):
+_flush = {}
+
+
+def gpu_clocks():
+    """The SM clock (MHz) and the active throttle reasons (hex, gpu_idle masked off) now; None if unreadable."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", str(torch.cuda.current_device()),
+                              "--query-gpu=clocks.sm,clocks_throttle_reasons.active", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout.strip().split(",")
+        return {"sm_mhz_end": int(out[0]), "throttle_end": int(out[1], 16) & ~1}
+    except Exception:
+        return None
+
+
+def time_loop(fn, args):
+    """bench/cuda_bench_util.h's protocol: rest, warm-ups, then samples, each after an L2 flush when cold."""
+    if args.l2 == "cold" and "buf" not in _flush:
+        l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+        _flush["buf"] = torch.empty(2 * l2, dtype=torch.uint8, device="cuda") if l2 > 0 else None
+    buf = _flush.get("buf") if args.l2 == "cold" else None
+    torch.cuda.synchronize()
+    time.sleep(args.rest_ms / 1000)
+    for _ in range(args.warmup):
         fn()
     torch.cuda.synchronize()
     times = []
-    for _ in range(repeat):
+    for i in range(args.repeat):
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if buf is not None:
+            buf.fill_(i & 0xFF)
         e0.record()
         fn()
         e1.record()
         e1.synchronize()
         times.append(e0.elapsed_time(e1))
-    return statistics.median(times), min(times), max(times)
+    return statistics.median(times), min(times), max(times), gpu_clocks()
 
 
 def run_backend(batch, inputs, name, backend, args, batched):
@@ -116,9 +146,10 @@ def run_backend(batch, inputs, name, backend, args, batched):
                     for q, k, v, cs in items:
                         attend(q, k, v, cs, mode, group)
 
-                med, lo, hi = time_loop(loop, args.warmup, args.repeat)
+                med, lo, hi, clk = time_loop(loop, args)
             return {"backend": name + ("/batched" if batched else ""), "gqa": gqa_mode, "median_ms": med,
-                    "min_ms": lo, "max_ms": hi, "tflops": flops_of(batch) / (med * 1e9), "samples": args.repeat}
+                    "min_ms": lo, "max_ms": hi, "tflops": flops_of(batch) / (med * 1e9), "samples": args.repeat,
+                    **(clk or {})}
         except Exception as e:  # a backend refusing the shape
             last_err = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             torch.cuda.synchronize()
@@ -148,10 +179,10 @@ def run_flex(batch, inputs, args):
         fn()
         torch.cuda.synchronize()
         setup = time.time() - t0
-        med, lo, hi = time_loop(fn, args.warmup, args.repeat)
+        med, lo, hi, clk = time_loop(fn, args)
         return {"backend": "flex", "gqa": "enable_gqa" if gqa else "none", "median_ms": med, "min_ms": lo,
                 "max_ms": hi, "tflops": flops_of(batch) / (med * 1e9), "samples": args.repeat,
-                "setup_s": setup}
+                "setup_s": setup, **(clk or {})}
     except Exception as e:  # a torch without FlexAttention, or a compile failure
         torch.cuda.synchronize()
         return {"backend": "flex", "skipped": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
@@ -161,8 +192,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("batches", nargs="+")
     ap.add_argument("--json", default="")
+    ap.add_argument("--rest-ms", type=int, default=250)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--l2", choices=["cold", "hot"], default="cold")
     ap.add_argument("--flex", default=".")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -209,12 +242,14 @@ def main():
                 print(f"{name:<32} {r['backend']:<18} skipped: {r['skipped']}")
             else:
                 print(f"{name:<32} {r['backend']:<18} {r['median_ms']:9.4f} ms {r['tflops']:7.1f} TFLOP/s "
-                      f"(gqa {r['gqa']}, min {r['min_ms']:.4f} max {r['max_ms']:.4f})")
+                      f"(gqa {r['gqa']}, min {r['min_ms']:.4f} max {r['max_ms']:.4f}, "
+                      f"sm {r.get('sm_mhz_end', '?')} MHz, throttle {r.get('throttle_end', '?')})")
             sys.stdout.flush()
         del inputs
         torch.cuda.empty_cache()
     doc = {"schema": "prefill-bench.peer/1", "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
-           "varlen_attn": varlen, "warmup": args.warmup, "repeat": args.repeat, "results": results,
+           "varlen_attn": varlen, "rest_ms": args.rest_ms, "warmup": args.warmup, "repeat": args.repeat,
+           "l2": args.l2, "results": results,
            "wall_s": time.time() - t0}
     if args.json:
         with open(args.json, "w") as f:
