@@ -11,6 +11,8 @@
 # (device-check runs its cuda cases under PB_RUN_PB_TESTS=1 when it is there:
 # PB_BUNDLE_PB_TESTS=1 adds it; with the benchmarks too it tops the limit, so add
 # PB_BUNDLE_BENCH=OFF).
+# Before it assembles anything it runs scripts/ptxas-check.sh on the build: a kernel whose
+# wgmma ptxas serialized stops the bundle.
 # The device tool takes it along with: run(command=..., carry=["bundle"]).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -27,6 +29,8 @@ grep -q "libpb_kernels.a" "$build/build.ninja" ||
 pb_tests=""
 [ -n "${PB_BUNDLE_PB_TESTS:-}" ] && pb_tests=pb_tests
 ninja -C "$build" -j "$jobs" prefill-bench $pb_tests cuda_backend_test attention_mma_test pb_kernels_cuda pb_kernels_host
+# No bundle whose wgmma kernels ptxas serialized (a 1.4-1.55x loss no test sees).
+"$root/scripts/ptxas-check.sh" "$build"
 # Benchmark programs for the GPU machine, when the bench/ directory defines any.
 bench_targets=$(ninja -C "$build" -t targets all 2>/dev/null |
                 sed -n 's#^\(bench/[A-Za-z0-9_.-]*\): CXX_EXECUTABLE_LINKER.*#\1#p' | grep -v '_host$' || true)
