@@ -304,7 +304,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::string perr;
-  if (!parse_bench_protocol(argc, argv, perr)) {
+  if (!parse_bench_protocol(argc, argv, bench_protocol(), perr)) {
     std::fprintf(stderr, "pb_bench_cuda: %s\n", perr.c_str());
     return 2;
   }

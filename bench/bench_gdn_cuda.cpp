@@ -309,7 +309,7 @@ void register_all() {
 
 int main(int argc, char** argv) {
   std::string perr;
-  if (!parse_bench_protocol(argc, argv, perr)) {
+  if (!parse_bench_protocol(argc, argv, bench_protocol(), perr)) {
     std::fprintf(stderr, "pb_bench_gdn_cuda: %s\n", perr.c_str());
     return 2;
   }

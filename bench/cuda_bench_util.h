@@ -1,14 +1,13 @@
 // cuda_bench_util.h: what the GPU benchmarks share: BCK (throw on a failed CUDA
-// call), the timing protocol device-bench holds ours and PyTorch's peers to, and
-// time_launches, which times one launch per Google Benchmark iteration under it.
-// The protocol (scripts/peer_torch.py's time_loop is its twin, and device-bench.sh
-// passes both programs the same values): rest `rest_ms` with the GPU idle, then
-// `warmup` untimed launches, then `samples` timed ones, each after an L2 flush (a
-// write of twice the L2 size, outside the two events) when `l2` is cold; the figures
-// come from the median sample. The rest and the short burst put both sides' samples
-// at the same clocks (a kernel timed after seconds of other kernels meets the power
-// cap; docs/DEVICE-NOTES.md, session 26); the SM clock and throttle reasons at the
-// end of each burst are reported beside the time.
+// call) and time_launches, which times one launch per Google Benchmark iteration under
+// the timing protocol of bench/bench_protocol.h (scripts/peer_torch.py's time_loop is
+// its twin, and device-bench.sh passes both programs the same values): rest `rest_ms`
+// with the GPU idle, then `warmup` untimed launches, then `samples` timed ones, each
+// after an L2 flush (a write of twice the L2 size, outside the two events) when `l2`
+// is cold; the figures come from the median sample. The rest and the short burst put
+// both sides' samples at the same clocks (a kernel timed after seconds of other kernels
+// meets the power cap; docs/DEVICE-NOTES.md, session 26); the SM clock and throttle
+// reasons at the end of each burst are reported beside the time.
 // Invariant: time_launches creates and destroys its own stream and events; on any
 // CUDA error it calls SkipWithError and returns a negative median.
 #pragma once
@@ -17,13 +16,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_protocol.h"
 #include "lib/gpu_clocks.h"
 
 #define BCK(call)                                                                              \
@@ -32,58 +30,6 @@
     if (e_ != cudaSuccess)                                                                     \
       throw std::runtime_error(std::string(#call) + " failed: " + cudaGetErrorString(e_));     \
   } while (0)
-
-struct BenchProtocol {
-  int rest_ms = 250;
-  int warmup = 3;
-  int samples = 20;
-  bool l2_cold = true;
-};
-
-inline BenchProtocol& bench_protocol() {
-  static BenchProtocol p;
-  return p;
-}
-
-// Takes --rest-ms N, --warmup N, --samples N and --l2 cold|hot out of argv (before
-// benchmark::Initialize sees it). Returns false with a message on a bad value.
-inline bool parse_bench_protocol(int& argc, char** argv, std::string& error) {
-  BenchProtocol& p = bench_protocol();
-  int out = 1;
-  for (int i = 1; i < argc; ++i) {
-    const char* a = argv[i];
-    const bool known = !std::strcmp(a, "--rest-ms") || !std::strcmp(a, "--warmup") || !std::strcmp(a, "--samples") ||
-                       !std::strcmp(a, "--l2");
-    if (!known) {
-      argv[out++] = argv[i];
-      continue;
-    }
-    if (i + 1 >= argc) {
-      error = std::string(a) + " needs a value";
-      return false;
-    }
-    const std::string v = argv[++i];
-    if (!std::strcmp(a, "--l2")) {
-      if (v != "cold" && v != "hot") {
-        error = "--l2 takes cold or hot, not '" + v + "'";
-        return false;
-      }
-      p.l2_cold = v == "cold";
-      continue;
-    }
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    const long lo = !std::strcmp(a, "--samples") ? 1 : 0;
-    if (v.empty() || *end != '\0' || n < lo || n > 100000) {
-      error = std::string(a) + " takes an integer from " + std::to_string(lo) + ", not '" + v + "'";
-      return false;
-    }
-    (!std::strcmp(a, "--rest-ms") ? p.rest_ms : !std::strcmp(a, "--warmup") ? p.warmup : p.samples) = static_cast<int>(n);
-  }
-  argc = out;
-  argv[argc] = nullptr;
-  return true;
-}
 
 // Registers `b` under the protocol: one sample per iteration, no repetitions.
 inline void apply_bench_protocol(benchmark::internal::Benchmark* b) {
