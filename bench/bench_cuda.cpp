@@ -4,14 +4,14 @@
 // docs/DEVICE-NOTES.md mixed batch, 8 x 4096, 32 x 512, continuation chunks) x
 // GQA ratio (16 q heads over 2 or 16 kv heads), plus issue 15's rows outside that
 // grid (1 x 16384 at d64/128/256, 4 x 4096 d128, MHA). Google Benchmark with manual
-// time: each iteration is one launch between two CUDA events (bench/cuda_bench_util.h's protocol); counters TFLOP/s
+// time: each iteration is one launch between two CUDA events (bench/bench_protocol.h's protocol); counters TFLOP/s
 // and GB/s count work as docs/DESIGN.md "Counting work" (lib/work_counts). Inputs are random bf16 (never
 // zeros, the whole cache) in a paged cache with a random block permutation.
 // Usage: pb_bench_cuda [--export DIR] [--rest-ms N] [--warmup N] [--samples N] [--l2 cold|hot]
 //                      [google benchmark flags]
 //   --export DIR writes DIR/<config>.json (lib/export) for every benchmarked
 //   batch, the input of scripts/peer_torch.py, and exits.
-//   The timing protocol's knobs (bench/cuda_bench_util.h; default: rest 250 ms, 3
+//   The timing protocol's knobs (bench/bench_protocol.h; default: rest 250 ms, 3
 //   warm-ups, 20 samples, cold L2); TFLOP/s and GB/s are from the median sample.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>

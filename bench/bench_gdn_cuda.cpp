@@ -6,14 +6,14 @@
 // 64) x stream mix (8 x 2048, the 16k-token target; the docs/DEVICE-NOTES.md mixed batch;
 // 32 x 512); plus staging the mixed batch (lib/staging) and uploading its scratch
 // image from pinned memory. Google Benchmark with manual time: each kernel
-// iteration is one launch between two CUDA events (bench/cuda_bench_util.h's protocol). Counters: tokens/s, GB/s with
+// iteration is one launch between two CUDA events (bench/bench_protocol.h's protocol). Counters: tokens/s, GB/s with
 // the bytes lib/work_counts counts (the fewest a kernel must move: each input read
 // once, each output written once, h_state read and written), and "x floor" = time
 // over those bytes at kCopyBytesPerS. Inputs come from lib/'s generator (x, conv_w,
 // g in [-0.31, -0.01], beta in [0.05, 0.95]); the recurrence reads conv1d's
 // output on that x; h_state is small random.
 // Usage: pb_bench_gdn_cuda [--rest-ms N] [--warmup N] [--samples N] [--l2 cold|hot] [google benchmark flags]
-// (the timing protocol of bench/cuda_bench_util.h; the kernels' counters are from the median sample)
+// (the timing protocol of bench/bench_protocol.h; the kernels' counters are from the median sample)
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 

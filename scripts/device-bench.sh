@@ -31,7 +31,7 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 work="$(mktemp -d)"
 skip=" ${PB_SKIP:-} "
-# One timing protocol for ours and the peers (bench/cuda_bench_util.h says what it is):
+# One timing protocol for ours and the peers (bench/bench_protocol.h says what it is):
 # pb_bench_cuda, pb_bench_gdn_cuda and peer_torch.py get the same values.
 proto_ours=(--rest-ms "${PB_REST_MS:-250}" --warmup "${PB_WARMUP:-3}" --samples "${PB_SAMPLES:-20}" --l2 "${PB_L2:-cold}")
 proto_peer=(--rest-ms "${PB_REST_MS:-250}" --warmup "${PB_WARMUP:-3}" --repeat "${PB_SAMPLES:-20}" --l2 "${PB_L2:-cold}")

@@ -15,7 +15,7 @@ chunk_start + i sees its own stream's keys 0 .. chunk_start + i), enable_gqa=Tru
 the block mask is built and the kernel compiled before the timed region (the plan
 step), K/V contiguous. torch.nn.attention.varlen.varlen_attn takes no
 causal flag, so it is reported as skipped, not timed. Timing: the protocol of
-bench/cuda_bench_util.h, which pb_bench_cuda holds ours to (device-bench.sh passes both
+bench/bench_protocol.h, which pb_bench_cuda holds ours to (device-bench.sh passes both
 the same values): rest --rest-ms with the GPU idle, --warmup untimed loops, then
 --repeat timed ones, each after an L2 flush (a write of twice the L2 size, outside the
 events) under --l2 cold; CUDA events around the whole loop over streams; the median.
@@ -96,7 +96,7 @@ def gpu_clocks():
 
 
 def time_loop(fn, args):
-    """bench/cuda_bench_util.h's protocol: rest, warm-ups, then samples, each after an L2 flush when cold."""
+    """bench/bench_protocol.h's protocol: rest, warm-ups, then samples, each after an L2 flush when cold."""
     if args.l2 == "cold" and "buf" not in _flush:
         l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
         _flush["buf"] = torch.empty(2 * l2, dtype=torch.uint8, device="cuda") if l2 > 0 else None
