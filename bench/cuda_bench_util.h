@@ -23,6 +23,7 @@
 
 #include "bench/bench_protocol.h"
 #include "lib/gpu_clocks.h"
+#include "lib/timing.h"
 
 #define BCK(call)                                                                              \
   do {                                                                                         \
@@ -90,13 +91,11 @@ BenchSamples time_launches(benchmark::State& state, Launch launch) {
     state.SkipWithError(err != cudaSuccess ? cudaGetErrorString(err) : "no samples");
     return {};
   }
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  const double med = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  const double med = pb::summarise(0, "", ms).median_ms;  // the harness's statistics (lib/timing.h)
   state.counters["median_ms"] = med;
   if (clk.available) {
     state.counters["sm_mhz_end"] = clk.sm_mhz;
     state.counters["throttle_end"] = static_cast<double>(clk.throttle_bits & ~1ull);  // gpu_idle is no throttle
   }
-  return {med * 1e-3, static_cast<int>(n)};
+  return {med * 1e-3, static_cast<int>(ms.size())};
 }
