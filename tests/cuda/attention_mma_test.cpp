@@ -65,6 +65,14 @@ T* dev_upload(const std::vector<T>& h) {
 // One batch on the device: q_rot, the paged caches (NaN poison everywhere but
 // each stream's positions < kv_len), block tables with a guard entry holding
 // the poison block, then canary words, and the staged-style metadata arrays.
+// Tokens per q-tile of the kernel under test: its work list's tiles (variant < 0: the
+// fp32 kernel; kWs / kWsCp: the ws kernel, whose tiles may be larger; else the wgmma / mma.sync kernel).
+int tile_rows(const pb::LayerShape& shape, int variant) {
+  if (variant < 0) return pb::kernels::attention_rows_per_tile(shape);
+  return variant >= kWsCp ? pb::kernels::attention_ws_rows_per_tile(shape)
+                          : pb::kernels::attention_mma_rows_per_tile(shape);
+}
+
 struct Problem {
   Case c;
   pb::LayerShape shape;
@@ -181,9 +189,7 @@ struct Problem {
     CK(pb::kernels::launch_fill_u16(nullptr, d_out, q.size(), pb::kBf16PoisonBits));
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
     const std::vector<pb::kernels::AttnWorkItem> work =
-        variant < 0        ? pb::kernels::plan_attention_work(shape, cu, kv)
-        : variant >= kWsCp ? pb::kernels::plan_attention_ws_work(shape, cu, kv)
-                           : pb::kernels::plan_attention_mma_work(shape, cu, kv);
+        pb::kernels::plan_attention_tiles(tile_rows(shape, variant), cu, kv);
     pb::kernels::AttnWorkItem* d_work = dev_upload(work);
     const auto* qb = reinterpret_cast<const pb::bf16*>(d_q);
     const auto* kb = reinterpret_cast<const pb::bf16*>(d_k);
@@ -303,15 +309,10 @@ void check_numeric(Problem& P, int variant, const std::vector<uint16_t>& ref32, 
   if (again != got) fail(tag + ": two runs differ (a race?)");
 }
 
-// Tokens per q-tile of this kernel (the ws kernel's tiles may be larger).
-int tile_rows(const Problem& P, int variant) {
-  return variant >= kWsCp ? pb::kernels::attention_ws_rows_per_tile(P.shape)
-                          : pb::kernels::attention_mma_rows_per_tile(P.shape);
-}
 // Row i of stream b belongs to the q-tile (i / rows); the highest key that
 // tile loads is chunk_start + last row of the tile (+1 under the fault).
 int tile_last_key(const Problem& P, int variant, int b, int i, int extra) {
-  const int rows = tile_rows(P, variant);
+  const int rows = tile_rows(P.shape, variant);
   const int last = std::min((i / rows + 1) * rows, P.c.streams[b].count) - 1;
   return P.c.streams[b].chunk_start + last + extra;
 }
@@ -336,7 +337,7 @@ void check_nan_semantics(Problem& P, int variant, const char* vname) {
   const std::vector<uint16_t> off = P.run(variant, true), off32 = P.run(-1, true);
   for (int b = 0; b < N; ++b) {
     const int cnt = P.c.streams[b].count;
-    const int rows = tile_rows(P, variant);
+    const int rows = tile_rows(P.shape, variant);
     for (int h = 0; h < Hq; ++h) {
       expect(P.row_all_nan(off, b, cnt - 1, h), "off-by-one: stream " + std::to_string(b) + " last row not NaN");
       expect(P.row_nan(off32, b, cnt - 1, h), "off-by-one (fp32): stream " + std::to_string(b) + " last row not NaN");
