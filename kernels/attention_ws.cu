@@ -5,8 +5,8 @@
 // q-tile) and one kv head, M = 64 C query vectors (heads packed into M).
 //   warpgroup 0, producer (setmaxnreg down to 40, or 32 with three consumers):
 //     warp 0 loads Q and the K tiles, warp 1 the V tiles, through the stream's block table into two
-//     shared-memory rings (K's a stage deeper: the consumers use K of tile k with
-//     V of tile k - 1), each stage with its own full/empty mbarriers; each ring's
+//     shared-memory rings (the consumers use K of tile k with V of tile k - 1;
+//     WsTraits says which ring is deeper), each stage with its own full/empty mbarriers; each ring's
 //     warp waits only on its own ring's free stages. A tile goes piece by piece
 //     (the keys of one cache block): a piece in a valid block with its keys in
 //     bound goes by TMA (one box holding all D dims of its keys, 128-byte swizzle,
@@ -61,12 +61,18 @@ struct WsConfig {
 // Per-head-dim traits: keys per K/V tile, ring depths, Q buffers. Shared memory:
 // QB x Q [D/64][128][64] + a K ring [SK][N/8][D/64][8][64] and a V ring [SV][...] bf16 +
 // 2 SK + 2 SV + 2 QB mbarriers (+ 1 KB to align the base to a swizzle atom). K is
-// consumed a tile ahead of V (S of tile k is issued with P V of tile k - 1), so K's
-// ring is the deeper one: a K tile is asked for SK tiles before its S. With two Q
-// buffers the producer loads the next item's Q by TMA while the consumers work on
-// this one; d256 has room for one (Q 64 KB + three K and two V stages 160 KB), which
-// its consumers load themselves, and keeps N = 64; the consumers' registers (O 128,
-// S 32, P 16 per thread) fit 232.
+// consumed a tile ahead of V (S of tile k is issued with P V of tile k - 1), so a K
+// tile is asked for SK - 1 tiles before its S and a V tile SV - 1 before its P V.
+// Which ring gets the fifth stage was measured (H200, A-B-B-A, bit-identical; PERF-NOTES
+// "ring depths"): at d128 K3 / V2, since K2 / V3 gained 1-2% on batches with many items
+// but lost 1% at 1 x 16384 and 10% at 1 x 32768 (a single long stream streams K);
+// at d256 K2 / V3: 0.3-1.2% faster on the four rows of issue 15's kind, and no slower
+// on 1 x 32768 or 2 x 16384 (their run-to-run spread, 3-4%, is larger than any change). With
+// two Q buffers the producer loads the next item's Q by TMA while the consumers work
+// on this one; d256 has room for one (Q 64 KB + five stages of 32 KB), which its
+// consumers load themselves, and keeps N = 64; the consumers' registers (O 128, S 32,
+// P 16 per thread) fit 232. (d128 with three stages each and one Q buffer was slower on
+// every row: the consumers' own Q loads cost more than the stage gains.)
 template <int D_, int BlockN, int KStages, int VStages, int QBuffers, int Consumers = 2>
 struct WsTraits {
   using Config = WsConfig<Consumers>;
@@ -96,7 +102,7 @@ struct WsTraits {
 // share of a tile there, and a third warpgroup keeps the tensor cores fed between turns.
 using WsD64 = WsTraits<64, 128, 4, 3, 2, 3>;
 using WsD128 = WsTraits<128, 128, 3, 2, 2>;
-using WsD256 = WsTraits<256, 64, 3, 2, 1>;
+using WsD256 = WsTraits<256, 64, 2, 3, 1>;
 
 namespace {
 
