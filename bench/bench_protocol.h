@@ -1,7 +1,7 @@
-// bench_protocol.h: the timing protocol device-bench holds ours and PyTorch's peers to,
+// bench_protocol.h: the timing protocol device-bench holds ours and the peers (PyTorch, fla) to,
 // as values, and the parsing of its four flags out of a benchmark program's argv.
-// (bench/cuda_bench_util.h times launches under it; scripts/peer_torch.py's time_loop is
-// its twin, and scripts/device-bench.sh passes both sides the same values.)
+// (bench/cuda_bench_util.h times launches under it; scripts/peer_protocol.py's time_loop is
+// its twin for the Python peers, and scripts/device-bench.sh passes all of them the same flags.)
 // rest_ms: idle time before a benchmark's warm-ups; warmup: untimed launches; samples:
 // timed launches, the figures from their median; l2_cold: an L2 flush (a write of twice
 // the L2 size, outside the two events) before each sample.

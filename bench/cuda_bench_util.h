@@ -1,6 +1,6 @@
 // cuda_bench_util.h: what the GPU benchmarks share: BCK (throw on a failed CUDA
 // call) and time_launches, which times one launch per Google Benchmark iteration under
-// the timing protocol of bench/bench_protocol.h (scripts/peer_torch.py's time_loop is
+// the timing protocol of bench/bench_protocol.h (scripts/peer_protocol.py's time_loop is
 // its twin, and device-bench.sh passes both programs the same values): rest `rest_ms`
 // with the GPU idle, then `warmup` untimed launches, then `samples` timed ones, each
 // after an L2 flush (a write of twice the L2 size, outside the two events) when `l2`

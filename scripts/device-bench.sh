@@ -32,9 +32,8 @@ out="$(cd "$out" && pwd)"
 work="$(mktemp -d)"
 skip=" ${PB_SKIP:-} "
 # One timing protocol for ours and the peers (bench/bench_protocol.h says what it is):
-# pb_bench_cuda, pb_bench_gdn_cuda and peer_torch.py get the same values.
-proto_ours=(--rest-ms "${PB_REST_MS:-250}" --warmup "${PB_WARMUP:-3}" --samples "${PB_SAMPLES:-20}" --l2 "${PB_L2:-cold}")
-proto_peer=(--rest-ms "${PB_REST_MS:-250}" --warmup "${PB_WARMUP:-3}" --repeat "${PB_SAMPLES:-20}" --l2 "${PB_L2:-cold}")
+# pb_bench_cuda, pb_bench_gdn_cuda, peer_torch.py and peer_fla.py get the same flags.
+proto=(--rest-ms "${PB_REST_MS:-250}" --warmup "${PB_WARMUP:-3}" --samples "${PB_SAMPLES:-20}" --l2 "${PB_L2:-cold}")
 peer_pat="${PB_PEER:-^(mixed-d(64|128|256)-h16x(2|16)|8x4096-d(128|256)-h16x(2|16)|32x512-d128-h16x(2|16)|chunked8x512at3584-d128-h16x2|1x16384-d(128-h16x16|256-h8x8|64-h32x32)|4x4096-d128-h16x16)$}"
 # FlexAttention compiles each shape (~20-25 s): issue 15's rows only, by default.
 flex_pat="${PB_FLEX-^(mixed-d(64|128|256)-h16x2|8x4096-d(128|256)-h16x2|32x512-d128-h16x16|1x16384-d(128-h16x16|256-h8x8|64-h32x32)|4x4096-d128-h16x16)$}"
@@ -62,7 +61,7 @@ if [[ "$skip" != *" ours "* ]]; then
   for f in "${passes[@]}"; do
     i=$((i + 1))
     echo "== ours: pb_bench_cuda pass $i ($f) [$(elapsed)]"
-    timeout "${PB_PASS_TIMEOUT:-100}" "$B/pb_bench_cuda" "${proto_ours[@]}" --benchmark_filter="$f" --benchmark_out="$work/bench-$i.json" \
+    timeout "${PB_PASS_TIMEOUT:-100}" "$B/pb_bench_cuda" "${proto[@]}" --benchmark_filter="$f" --benchmark_out="$work/bench-$i.json" \
       --benchmark_out_format=json --benchmark_counters_tabular=true
     echo "pb_bench_cuda pass $i exit $? [$(elapsed)]"
   done
@@ -90,7 +89,7 @@ if [[ "$skip" != *" peer "* ]]; then
     n="$(basename "$f" .json)"
     echo "$n" | grep -Eq "$peer_pat" && peers+=("$f")
   done
-  PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_torch.py" "${peers[@]}" "${proto_peer[@]}" --json "$out/peer.json" --flex "$flex_pat"
+  PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_torch.py" "${peers[@]}" "${proto[@]}" --json "$out/peer.json" --flex "$flex_pat"
   echo "peer_torch exit $? [$(elapsed)]"
 fi
 
@@ -111,7 +110,7 @@ fi
 if [[ "$skip" != *" gdn "* ]]; then
   echo "== gdn: pb_bench_gdn_cuda [$(elapsed)]"
   if [ -x "$B/pb_bench_gdn_cuda" ]; then
-    timeout 300 "$B/pb_bench_gdn_cuda" "${proto_ours[@]}" --benchmark_format=console --benchmark_out="$out/gdn-bench.json" \
+    timeout 300 "$B/pb_bench_gdn_cuda" "${proto[@]}" --benchmark_format=console --benchmark_out="$out/gdn-bench.json" \
       --benchmark_out_format=json
     echo "pb_bench_gdn_cuda exit $? [$(elapsed)]"
   else
@@ -133,7 +132,7 @@ if [[ "$skip" != *" fla "* ]]; then
   done
   if [ -d "$fla_parent/fla" ]; then
     FLA_PARENT="$fla_parent" PYTHONUNBUFFERED=1 timeout "${PB_FLA_TIMEOUT:-480}" python3 "$root/scripts/peer_fla.py" time \
-      --json "$out/fla.json" ${PB_FLA_SHAPES:-}
+      --json "$out/fla.json" "${proto[@]}" ${PB_FLA_SHAPES:-}
     echo "peer_fla exit $? [$(elapsed)]"
   else
     echo "device-bench: no $fla_parent/fla (unpack fla-0.5.2-ops.tar.gz there, carry it): fla column empty"

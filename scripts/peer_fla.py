@@ -8,19 +8,23 @@ unpacks fla-0.5.2-ops.tar.gz there; see docs/DEVICE-NOTES.md). Timing as a user 
 run it at its best: bf16 q/k/v, fp32 state in and out, varlen through cu_seqlens with
 cu_seqlens_cpu and precomputed chunk indices (else it syncs every call),
 FLA_DISABLE_TENSOR_CACHE=1 (else a rewritten cu_seqlens is served stale indices), q/k
-L2-normalised in the kernel, 5 warm-up calls (autotune), then a CUDA graph of one call
-replayed: CUDA events around each replay, 30 replays, median. FLOPs: 4 * T * HV * d^2.
+L2-normalised in the kernel, untimed calls first (fla autotunes on its first calls), then a
+CUDA graph of one call replayed under the protocol of bench/bench_protocol.h
+(scripts/peer_protocol.py: rest, warm-ups, then samples, each after an L2 flush under --l2
+cold, CUDA events around each replay, the median; the SM clock after the last sample), the
+values device-bench.sh gives every peer and ours. FLOPs: 4 * T * HV * d^2.
 
 Usage:
   peer_fla.py scenarios DIR            write one prefill-bench scenario per shape (gdn only)
-  peer_fla.py time --json OUT [NAMES]  time fla per shape (NAMES: a subset, by name)
+  peer_fla.py time --json OUT [--rest-ms 250] [--warmup 3] [--samples 20] [--l2 cold|hot] [NAMES]
+                                       time fla per shape (NAMES: a subset, by name)
   peer_fla.py table --ours DIR --fla OUT.json
                                        the table: ours (DIR/<name>.json, prefill-bench reports,
                                        the gdn kernel's median) vs fla, FlashInfer's published ms
 """
+import argparse
 import json
 import os
-import statistics
 import sys
 
 MIX = [7, 130, 511, 1024, 2048, 4096, 333, 8192]  # the docs/DEVICE-NOTES.md mixed batch
@@ -59,27 +63,15 @@ def write_scenarios(outdir):
     print(f"wrote {len(SHAPES)} scenarios to {outdir}")
 
 
-def time_fla(out_path, names):
+def time_fla(out_path, names, args):
     os.environ["FLA_DISABLE_TENSOR_CACHE"] = "1"  # before fla is imported
     sys.path.insert(0, os.environ.get("FLA_PARENT", "."))
     import torch
     import torch.nn.functional as F
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla.ops.utils import prepare_chunk_indices
-
-    def med(fn, warmup=5, repeat=30):
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(repeat):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b))
-        return statistics.median(ts), min(ts), max(ts)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from peer_protocol import time_loop  # the one protocol, beside this file
 
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
     rows = []
@@ -106,7 +98,9 @@ def time_fla(out_path, names):
             fn = lambda: chunk_gated_delta_rule(q, k, v, gate, beta, initial_state=h0, output_final_state=True,
                                                 cu_seqlens=cu, cu_seqlens_cpu=cu_cpu, chunk_indices=ci,
                                                 use_qk_l2norm_in_kernel=True)
-            r["eager_ms"] = med(fn)[0]  # autotunes on the first calls; includes Python launch gaps
+            for _ in range(5):  # fla autotunes on its first calls: outside every timing
+                fn()
+            r["eager_ms"] = time_loop(fn, args)[0]  # includes Python launch gaps
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -116,10 +110,12 @@ def time_fla(out_path, names):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 fn()
-            r["median_ms"], r["min_ms"], r["max_ms"] = med(graph.replay)
+            r["median_ms"], r["min_ms"], r["max_ms"], clk = time_loop(graph.replay, args)
+            r.update(clk or {})
             r["tflops"] = r["flops"] / (r["median_ms"] * 1e9)
             print(f"fla {name:<22} graph {r['median_ms']:8.4f} ms ({r['min_ms']:.4f}..{r['max_ms']:.4f}) "
-                  f"{r['tflops']:6.1f} TFLOP/s; eager {r['eager_ms']:.4f} ms", flush=True)
+                  f"{r['tflops']:6.1f} TFLOP/s; eager {r['eager_ms']:.4f} ms; sm {r.get('sm_mhz_end', '?')} MHz, "
+                  f"throttle {r.get('throttle_end', '?')}", flush=True)
             del graph, q, k, v, gate, beta, h0
             torch.cuda.empty_cache()
         except Exception as e:  # report the shape, go on with the next
@@ -127,7 +123,8 @@ def time_fla(out_path, names):
             print(f"fla {name:<22} FAILED {r['error']}", flush=True)
         rows.append(r)
     with open(out_path, "w") as f:
-        json.dump({"schema": "prefill-bench.peer-fla/1", "fla": "0.5.2", "rows": rows}, f, indent=1)
+        json.dump({"schema": "prefill-bench.peer-fla/1", "fla": "0.5.2", "rest_ms": args.rest_ms,
+                   "warmup": args.warmup, "repeat": args.repeat, "l2": args.l2, "rows": rows}, f, indent=1)
     return 0 if rows and all("error" not in r for r in rows) else 1
 
 
@@ -150,7 +147,7 @@ def table(ours_dir, fla_path):
     if os.path.exists(fla_path):
         fla = {r["name"]: r for r in json.load(open(fla_path)).get("rows", [])}
     print("Gated DeltaNet prefill, ms (ours = prefill-bench --backend cuda, gdn kernel median, every check run; "
-          "fla 0.5.2 = chunk_gated_delta_rule as a CUDA-graph replay, median of 30; "
+          "fla 0.5.2 = chunk_gated_delta_rule as a CUDA-graph replay under bench/bench_protocol.h's protocol; "
           "FlashInfer = its SM90 kernel on an H100 as published, not measured here)")
     print(f"{'k / v heads, d':<16} {'batch':<10} {'ours ms':>8} {'verdict':<8} {'fla ms':>8} {'FlashInfer H100':>15} "
           f"{'ours / fla':>10}")
@@ -170,7 +167,13 @@ def main(argv):
         write_scenarios(argv[1])
         return 0
     if len(argv) >= 3 and argv[0] == "time" and argv[1] == "--json":
-        return time_fla(argv[2], set(argv[3:]))
+        ap = argparse.ArgumentParser(prog="peer_fla.py time --json OUT")
+        ap.add_argument("names", nargs="*")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from peer_protocol import add_arguments
+        add_arguments(ap)
+        args = ap.parse_args(argv[3:])
+        return time_fla(argv[2], set(args.names), args)
     if len(argv) == 5 and argv[0] == "table" and argv[1] == "--ours" and argv[3] == "--fla":
         table(argv[2], argv[4])
         return 0

@@ -15,15 +15,15 @@ chunk_start + i sees its own stream's keys 0 .. chunk_start + i), enable_gqa=Tru
 the block mask is built and the kernel compiled before the timed region (the plan
 step), K/V contiguous. torch.nn.attention.varlen.varlen_attn takes no
 causal flag, so it is reported as skipped, not timed. Timing: the protocol of
-bench/bench_protocol.h, which pb_bench_cuda holds ours to (device-bench.sh passes both
+bench/bench_protocol.h (scripts/peer_protocol.py), which pb_bench_cuda holds ours to (device-bench.sh passes both
 the same values): rest --rest-ms with the GPU idle, --warmup untimed loops, then
---repeat timed ones, each after an L2 flush (a write of twice the L2 size, outside the
+--samples timed ones, each after an L2 flush (a write of twice the L2 size, outside the
 events) under --l2 cold; CUDA events around the whole loop over streams; the median.
 Each result also records the SM clock and throttle reasons after its last sample
 (nvidia-smi; "" where it cannot be read).
 FLOPs are counted as docs/DESIGN.md does: 4 * Hq * D * sum_i (chunk_start + i + 1).
 
-Usage: peer_torch.py BATCH.json... [--json OUT.json] [--rest-ms 250] [--warmup 3] [--repeat 20] [--l2 cold|hot]
+Usage: peer_torch.py BATCH.json... [--json OUT.json] [--rest-ms 250] [--warmup 3] [--samples 20] [--l2 cold|hot]
                      [--flex REGEX]
   --flex: the batches FlexAttention runs on (re.search on the batch name; default all:
   each new shape costs a compile of ~20-25 s on the H200; "" runs none)
@@ -31,14 +31,16 @@ Usage: peer_torch.py BATCH.json... [--json OUT.json] [--rest-ms 250] [--warmup 3
 import argparse
 import json
 import re
-import statistics
-import subprocess
+import os
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_protocol import add_arguments, time_loop  # noqa: E402  (the one protocol, beside this file)
 
 try:
     from torch.nn.attention.bias import causal_lower_right
@@ -79,44 +81,6 @@ def attend(q, k, v, chunk_start, gqa_mode, group):
         raise RuntimeError("no causal_lower_right in this torch: continuation chunks need it")
     mask = causal_lower_right(q.shape[-2], k.shape[-2])
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
-
-
-_flush = {}
-
-
-def gpu_clocks():
-    """The SM clock (MHz) and the active throttle reasons (hex, gpu_idle masked off) now; None if unreadable."""
-    try:
-        out = subprocess.run(["nvidia-smi", "-i", str(torch.cuda.current_device()),
-                              "--query-gpu=clocks.sm,clocks_throttle_reasons.active", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10).stdout.strip().split(",")
-        return {"sm_mhz_end": int(out[0]), "throttle_end": int(out[1], 16) & ~1}
-    except Exception:
-        return None
-
-
-def time_loop(fn, args):
-    """bench/bench_protocol.h's protocol: rest, warm-ups, then samples, each after an L2 flush when cold."""
-    if args.l2 == "cold" and "buf" not in _flush:
-        l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-        _flush["buf"] = torch.empty(2 * l2, dtype=torch.uint8, device="cuda") if l2 > 0 else None
-    buf = _flush.get("buf") if args.l2 == "cold" else None
-    torch.cuda.synchronize()
-    time.sleep(args.rest_ms / 1000)
-    for _ in range(args.warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for i in range(args.repeat):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if buf is not None:
-            buf.fill_(i & 0xFF)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return statistics.median(times), min(times), max(times), gpu_clocks()
 
 
 def run_backend(batch, inputs, name, backend, args, batched):
@@ -192,10 +156,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("batches", nargs="+")
     ap.add_argument("--json", default="")
-    ap.add_argument("--rest-ms", type=int, default=250)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--l2", choices=["cold", "hot"], default="cold")
+    add_arguments(ap)
     ap.add_argument("--flex", default=".")
     args = ap.parse_args()
     if not torch.cuda.is_available():
