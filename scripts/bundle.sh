@@ -33,7 +33,7 @@ ninja -C "$build" -j "$jobs" prefill-bench $pb_tests cuda_backend_test attention
 "$root/scripts/ptxas-check.sh" "$build"
 # Benchmark programs for the GPU machine, when the bench/ directory defines any.
 bench_targets=$(ninja -C "$build" -t targets all 2>/dev/null |
-                sed -n 's#^\(bench/[A-Za-z0-9_.-]*\): CXX_EXECUTABLE_LINKER.*#\1#p' | grep -v '_host$' || true)
+                sed -En 's#^(bench/[A-Za-z0-9_.-]*): (CXX|CUDA)_EXECUTABLE_LINKER.*#\1#p' | grep -v '_host$' || true)
 [ -n "$bench_targets" ] && ninja -C "$build" -j "$jobs" $bench_targets
 
 rm -rf "$bundle"
