@@ -122,24 +122,26 @@ def time_fla(out_path, names, args):
             r["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             print(f"fla {name:<22} FAILED {r['error']}", flush=True)
         rows.append(r)
-    with open(out_path, "w") as f:
-        json.dump({"schema": "prefill-bench.peer-fla/1", "fla": "0.5.2", "rest_ms": args.rest_ms,
-                   "warmup": args.warmup, "repeat": args.repeat, "l2": args.l2, "rows": rows}, f, indent=1)
+        with open(out_path, "w") as f:  # after every shape: a timeout keeps the shapes done
+            json.dump({"schema": "prefill-bench.peer-fla/1", "fla": "0.5.2", "rest_ms": args.rest_ms,
+                       "warmup": args.warmup, "repeat": args.repeat, "l2": args.l2, "rows": rows}, f, indent=1)
     return 0 if rows and all("error" not in r for r in rows) else 1
 
 
 def ours_gdn_ms(path):
-    """The gdn kernel's median (ms) of a prefill-bench JSON report, and its verdict."""
+    """The gdn kernel's median (ms) of a prefill-bench JSON report, its verdict, and the SM clock
+    (MHz) the report read after the run (None where it has none)."""
     try:
         rep = json.load(open(path))
     except Exception as e:
-        return None, "missing" if isinstance(e, FileNotFoundError) else f"unreadable ({type(e).__name__})"
+        return None, "missing" if isinstance(e, FileNotFoundError) else f"unreadable ({type(e).__name__})", None
     for run in rep.get("runs", []):
+        mhz = run.get("clocks", {}).get("after", {}).get("sm_mhz")
         for t in run.get("timings", []):
             if t.get("kernel") == "gdn":
-                return t.get("median_ms"), run.get("verdict", "?")
-        return None, run.get("verdict", "?")
-    return None, "no run"
+                return t.get("median_ms"), run.get("verdict", "?"), mhz
+        return None, run.get("verdict", "?"), mhz
+    return None, "no run", None
 
 
 def table(ours_dir, fla_path):
@@ -148,16 +150,19 @@ def table(ours_dir, fla_path):
         fla = {r["name"]: r for r in json.load(open(fla_path)).get("rows", [])}
     print("Gated DeltaNet prefill, ms (ours = prefill-bench --backend cuda, gdn kernel median, every check run; "
           "fla 0.5.2 = chunk_gated_delta_rule as a CUDA-graph replay under bench/bench_protocol.h's protocol; "
-          "FlashInfer = its SM90 kernel on an H100 as published, not measured here)")
+          "FlashInfer = its SM90 kernel on an H100 as published, not measured here; clocks = SM MHz after "
+          "the last sample, ours / fla)")
     print(f"{'k / v heads, d':<16} {'batch':<10} {'ours ms':>8} {'verdict':<8} {'fla ms':>8} {'FlashInfer H100':>15} "
-          f"{'ours / fla':>10}")
+          f"{'ours / fla':>10} {'clocks':>11}")
     for name, lens, h, hv, d, fi, note in SHAPES:
-        o, verdict = ours_gdn_ms(os.path.join(ours_dir, name + ".json"))
+        o, verdict, o_mhz = ours_gdn_ms(os.path.join(ours_dir, name + ".json"))
         f = fla.get(name, {}).get("median_ms")
+        f_mhz = fla.get(name, {}).get("sm_mhz_end")
         batch = "mixed" if len(set(lens)) > 1 else f"{len(lens)}x{lens[0]}"
         ratio = f"{f / o:.2f}x" if o and f else "-"  # > 1: ours faster
+        clocks = f"{o_mhz or '?'} / {f_mhz or '?'}"
         print(f"{f'{h} / {hv}, {d}':<16} {batch:<10} {o if o else float('nan'):8.3f} {verdict:<8} "
-              f"{f if f else float('nan'):8.3f} {('%.3f' % fi) if fi else '':>15} {ratio:>10}"
+              f"{f if f else float('nan'):8.3f} {('%.3f' % fi) if fi else '':>15} {ratio:>10} {clocks:>11}"
               + (f"  ({note})" if note and fi else ""))
     print("ours / fla = fla ms over ours ms (speed of ours relative to fla: 1.00x = as fast, > 1 faster)")
 
