@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """peer_protocol.py: the timing protocol of bench/bench_protocol.h, for the Python peers
 (scripts/peer_torch.py, scripts/peer_fla.py), so that a peer is timed as ours is.
 Invariant: one implementation of the protocol on the Python side; device-bench.sh passes
@@ -7,13 +8,12 @@ The protocol: rest `rest_ms` with the GPU idle, `warmup` untimed calls, then `re
 timed ones, each after an L2 flush (a write of twice the L2 size, outside the events)
 when `l2` is "cold"; CUDA events around each call; the median. After the last sample it
 reads the SM clock and the active throttle reasons (nvidia-smi; None where it cannot).
+Run as a script, it prints the protocol its flags give (torch is needed only to time).
 """
 import argparse
 import statistics
 import subprocess
 import time
-
-import torch
 
 _flush = {}
 
@@ -28,6 +28,7 @@ def add_arguments(ap: argparse.ArgumentParser):
 
 def gpu_clocks():
     """The SM clock (MHz) and the active throttle reasons (hex, gpu_idle masked off) now; None if unreadable."""
+    import torch
     try:
         out = subprocess.run(["nvidia-smi", "-i", str(torch.cuda.current_device()),
                               "--query-gpu=clocks.sm,clocks_throttle_reasons.active", "--format=csv,noheader,nounits"],
@@ -39,6 +40,7 @@ def gpu_clocks():
 
 def time_loop(fn, args):
     """fn timed under the protocol of args (rest_ms, warmup, repeat, l2): (median, min, max) ms and the clocks."""
+    import torch
     if args.l2 == "cold" and "buf" not in _flush:
         l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
         _flush["buf"] = torch.empty(2 * l2, dtype=torch.uint8, device="cuda") if l2 > 0 else None
@@ -59,3 +61,10 @@ def time_loop(fn, args):
         e1.synchronize()
         times.append(e0.elapsed_time(e1))
     return statistics.median(times), min(times), max(times), gpu_clocks()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    a = parser.parse_args()
+    print(f"rest {a.rest_ms} ms, {a.warmup} warm-ups, {a.repeat} samples, L2 {a.l2}")
