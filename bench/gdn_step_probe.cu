@@ -1,9 +1,11 @@
 // gdn_step_probe.cu: two measurements for the GDN walk's next form (issue 13; kernels/
 // PERF-NOTES.md "gdn: the step on wgmma"), on whatever sm_90a GPU runs it:
 // 1. bits: is a product over k = 128 on wgmma m64nNk8 tf32 (operands in 128-byte-swizzled
-//    shared memory) bit-identical to the chain of mma.sync m16n8k8 tf32 the walks run now, k
-//    ascending? If so, a product can move to wgmma at one block width without breaking the
-//    invariance check (a stream's bits must not depend on the block width its batch gets).
+//    shared memory, or A from registers) bit-identical to the chain of mma.sync m16n8k8 tf32
+//    the walks run now, k ascending? (The A-from-registers form is how the state update
+//    would read K^T, which tf32 wgmma cannot take transposed from shared memory.) If so,
+//    a product can move to wgmma at one block width without breaking the invariance check
+//    (a stream's bits must not depend on the block width its batch gets).
 //    Exit 1 when any element differs.
 // 2. latency, one warpgroup per CTA (1 CTA, then one per SM): a 16-deep mma.sync chain, one
 //    wgmma product over k = 128, and the W / U form's chunk step at 64 tokens and N v rows:
@@ -107,13 +109,25 @@ __device__ __forceinline__ void wgmma_tf32<64>(float (&d)[32], uint64_t da, uint
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(da), "l"(db), "r"(acc));
 }
+// A from registers (the RS form): per warp w of the warpgroup, rows 16w.. of A in the
+// m16n8k8 fragment order (a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)).
+__device__ __forceinline__ void wgmma_tf32_rs32(float (&d)[16], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+      "{%16,%17,%18,%19}, %20, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
 #endif
 
 constexpr int kM = 64, kN = 32, kK = 128;
 
-// 1. C = A B^T (A [64][128], B [32][128], tf32 values) three ways: a chain of mma.sync
-// (warp w: rows 16w..16w+15), one wgmma m64n32k8 group, four wgmma m64n8k8 groups.
-__global__ void bits_kernel(const float* A, const float* B, float* c_mma, float* c_n32, float* c_n8) {
+// 1. C = A B^T (A [64][128], B [32][128], tf32 values) four ways: a chain of mma.sync
+// (warp w: rows 16w..16w+15), one wgmma m64n32k8 group, four wgmma m64n8k8 groups, and
+// one m64n32k8 group with A from registers (RS).
+__global__ void bits_kernel(const float* A, const float* B, float* c_mma, float* c_n32, float* c_n8, float* c_rs) {
   extern __shared__ unsigned char smem[];
   unsigned char* base = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem) + 1023) & ~uintptr_t(1023));
   unsigned char* As = base;
@@ -156,6 +170,24 @@ __global__ void bits_kernel(const float* A, const float* B, float* c_mma, float*
     wg_commit();
     wg_wait0();
     store(c_n8, nt, d);
+  }
+  {
+    float d[16] = {};
+    const int r = 16 * warp + g;
+    uint32_t a[kK / 8][4];  // every k-step's fragment first: no register write between the issues
+    for (int ks = 0; ks < kK / 8; ++ks) {
+      const int kk = 8 * ks;
+      a[ks][0] = __float_as_uint(A[r * kK + kk + t]);
+      a[ks][1] = __float_as_uint(A[(r + 8) * kK + kk + t]);
+      a[ks][2] = __float_as_uint(A[r * kK + kk + t + 4]);
+      a[ks][3] = __float_as_uint(A[(r + 8) * kK + kk + t + 4]);
+    }
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < kK / 8; ++ks) wgmma_tf32_rs32(d, a[ks], kstep_desc(smem_u32(Bs), kN, ks), ks > 0);
+    wg_commit();
+    wg_wait0();
+    for (int nt = 0; nt < 4; ++nt) store(c_rs, nt, d + 4 * nt);
   }
 #endif
 }
@@ -287,7 +319,7 @@ int main() {
   std::vector<float> A(kM * kK), B(kN * kK);
   for (float& x : A) x = tf32(uni(rng));
   for (float& x : B) x = tf32(uni(rng));
-  float *dA, *dB, *c[3];
+  float *dA, *dB, *c[4];
   CK(cudaMalloc(&dA, A.size() * 4));
   CK(cudaMalloc(&dB, B.size() * 4));
   for (float*& p : c) CK(cudaMalloc(&p, kM * kN * 4));
@@ -295,25 +327,26 @@ int main() {
   CK(cudaMemcpy(dB, B.data(), B.size() * 4, cudaMemcpyHostToDevice));
   const int smem = (kM + kN) * kK * 4 + 1024;
   CK(cudaFuncSetAttribute(bits_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  bits_kernel<<<1, 128, smem>>>(dA, dB, c[0], c[1], c[2]);
+  bits_kernel<<<1, 128, smem>>>(dA, dB, c[0], c[1], c[2], c[3]);
   CK(cudaDeviceSynchronize());
-  std::vector<float> h[3];
-  for (int i = 0; i < 3; ++i) {
+  std::vector<float> h[4];
+  for (int i = 0; i < 4; ++i) {
     h[i].resize(kM * kN);
     CK(cudaMemcpy(h[i].data(), c[i], kM * kN * 4, cudaMemcpyDeviceToHost));
   }
-  int differ_n32 = 0, differ_n8 = 0;
+  int differ_n32 = 0, differ_n8 = 0, differ_rs = 0;
   double err = 0;
   for (int i = 0; i < kM * kN; ++i) {
     differ_n32 += std::memcmp(&h[0][i], &h[1][i], 4) != 0;
     differ_n8 += std::memcmp(&h[0][i], &h[2][i], 4) != 0;
+    differ_rs += std::memcmp(&h[0][i], &h[3][i], 4) != 0;
     double ref = 0;
     for (int k = 0; k < kK; ++k) ref += static_cast<double>(A[(i / kN) * kK + k]) * B[(i % kN) * kK + k];
     err = std::max(err, std::abs(h[0][i] - ref));
   }
   std::printf("bits: of %d products over k = %d, wgmma m64n32k8 differs from the mma.sync chain in %d, "
-              "m64n8k8 in %d (max |mma.sync - fp64| %.3g)\n",
-              kM * kN, kK, differ_n32, differ_n8, err);
+              "m64n8k8 in %d, m64n32k8 with A from registers in %d (max |mma.sync - fp64| %.3g)\n",
+              kM * kN, kK, differ_n32, differ_n8, differ_rs, err);
   const int sms = prop.multiProcessorCount;
   time_mode<32>(0, "mma.sync m16n8k8 chain, 16 deep", sms);
   time_mode<8>(1, "wgmma m64nNk8 over k 128", sms);
@@ -325,5 +358,5 @@ int main() {
     if (n == 2) time_mode<32>(mode, what, sms);
     if (n == 3) time_mode<64>(mode, what, sms);
   }
-  return differ_n32 || differ_n8 ? 1 : 0;
+  return differ_n32 || differ_n8 || differ_rs ? 1 : 0;
 }
