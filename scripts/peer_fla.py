@@ -27,6 +27,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_protocol import add_arguments, time_loop  # noqa: E402  (the one protocol, beside this file; no torch)
+
 MIX = [7, 130, 511, 1024, 2048, 4096, 333, 8192]  # the docs/DEVICE-NOTES.md mixed batch
 
 # name, stream lengths, k heads, v heads, d, FlashInfer's published H100 ms (flashinfer PRs
@@ -70,8 +73,6 @@ def time_fla(out_path, names, args):
     import torch.nn.functional as F
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla.ops.utils import prepare_chunk_indices
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from peer_protocol import time_loop  # the one protocol, beside this file
 
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
     rows = []
@@ -174,8 +175,6 @@ def main(argv):
     if len(argv) >= 3 and argv[0] == "time" and argv[1] == "--json":
         ap = argparse.ArgumentParser(prog="peer_fla.py time --json OUT")
         ap.add_argument("names", nargs="*")
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from peer_protocol import add_arguments
         add_arguments(ap)
         args = ap.parse_args(argv[3:])
         return time_fla(argv[2], set(args.names), args)

@@ -15,8 +15,8 @@ chunk_start + i sees its own stream's keys 0 .. chunk_start + i), enable_gqa=Tru
 the block mask is built and the kernel compiled before the timed region (the plan
 step), K/V contiguous. torch.nn.attention.varlen.varlen_attn takes no
 causal flag, so it is reported as skipped, not timed. Timing: the protocol of
-bench/bench_protocol.h (scripts/peer_protocol.py), which pb_bench_cuda holds ours to (device-bench.sh passes both
-the same values): rest --rest-ms with the GPU idle, --warmup untimed loops, then
+bench/bench_protocol.h (scripts/peer_protocol.py), which pb_bench_cuda holds ours to
+(device-bench.sh passes both the same values): rest --rest-ms with the GPU idle, --warmup untimed loops, then
 --samples timed ones, each after an L2 flush (a write of twice the L2 size, outside the
 events) under --l2 cold; CUDA events around the whole loop over streams; the median.
 Each result also records the SM clock and throttle reasons after its last sample
