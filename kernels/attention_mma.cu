@@ -726,7 +726,7 @@ bool attention_mma_supported(const LayerShape& shape) {
          shape.num_q_heads % shape.num_kv_heads == 0 && shape.block_size > 0;
 }
 
-bool attention_wgmma_available() { return device_has_wgmma(); }
+bool wgmma_available() { return device_has_wgmma(); }
 
 int attention_mma_rows_per_tile(const LayerShape& shape) { return mma_group_split(shape).rows_per_tile; }
 

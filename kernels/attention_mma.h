@@ -32,8 +32,6 @@ std::vector<AttnWorkItem> plan_attention_mma_work(const LayerShape& shape,
 cudaError_t launch_attention_mma(cudaStream_t stream, const AttnArgs& args);
 
 constexpr int kFirstWgmmaVariant = 8;
-// Whether device 0 runs sm_90a code (wgmma): compute capability 9.0.
-bool attention_wgmma_available();
 
 // The variant launch_attention_mma runs for variant -1.
 int attention_mma_default_variant(int head_dim);

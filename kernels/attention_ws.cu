@@ -37,6 +37,7 @@
 #include "kernels/attention_mma.h"
 #include "kernels/attention_ws.h"
 #include "kernels/common.cuh"
+#include "kernels/mbarrier.cuh"
 #include "kernels/wgmma.cuh"
 
 namespace pb::kernels {
@@ -173,30 +174,11 @@ __device__ __forceinline__ WsItem ws_item(const WsParams& p, int x) {
 
 #ifdef PB_WGMMA_ENABLED
 // ---- PTX wrappers: mbarriers, TMA, named barriers, register rebalancing -----
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Adds `bytes` to the transaction count of the current phase, without an arrival.
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// Returns once the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
+using detail::mbar_arrive;
+using detail::mbar_arrive_expect_tx;
+using detail::mbar_expect_tx;
+using detail::mbar_init;
+using detail::mbar_wait;
 // One box of a 5-d tensor map into shared memory, counted on `bar` in bytes.
 __device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
                                             int c4, uint32_t bar) {
@@ -739,7 +721,7 @@ cudaError_t launch_ws(cudaStream_t stream, const CUtensorMap& km, const CUtensor
 }  // namespace
 
 bool attention_ws_supported(const LayerShape& shape) {
-  return attention_mma_supported(shape) && attention_wgmma_available();
+  return attention_mma_supported(shape) && wgmma_available();
 }
 
 int attention_ws_block_n(int head_dim) {

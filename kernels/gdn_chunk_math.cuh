@@ -7,8 +7,11 @@
 //   lane `sub` holding rows sub + TPC r in x[r], A strictly lower in shared memory
 //   (A[i * as + j]), per (row, column) the same fmas in the same order (j ascending)
 //   as a column walked row by row.
+// - X = T R with T lower triangular (the chunked walk's Delta = T R, the split prep's
+//   [U | W] = T [beta v | beta e^G k]) in 3xTF32.
 // Every lane of the warp calls these (the shuffles take all 32).
 #pragma once
+#include "kernels/mma_tf32.cuh"
 
 namespace pb::kernels::detail {
 
@@ -49,6 +52,45 @@ __device__ __forceinline__ void forward_substitute(float (&x)[RPT], const float*
     for (int r = 0; r < RPT; ++r) {
       const int i = sub + TPC * r;
       if (i > j) x[r] = fmaf(-A[i * as + j], xj, x[r]);
+    }
+  }
+}
+
+// The 16 x 8 tiles (pa, pn .. pn + TN - 1) of T R (m = tokens of tile pa, n = columns of R,
+// k = tokens j <= 16 pa + 15), T [kC][ts] lower triangular fp32, R [kC][rs] fp32, both in
+// shared memory, in 3xTF32: hi and lo tf32 parts of both operands, lo hi + hi lo + hi hi
+// per k-step (fp32-accurate); k-steps above the diagonal (T zero there) skipped.
+template <int TN, int kC>
+__device__ __forceinline__ void lower_product_3xtf32(float (&d)[TN][4], const float* T, int ts, const float* R, int rs,
+                                                     int pa, int pn, int fg, int ft, bool active) {
+#pragma unroll
+  for (int ni = 0; ni < TN; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[ni][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kC; kk += 8) {
+    if (!active || kk >= 16 * (pa + 1)) break;  // above the diagonal: T is zero there
+    const float* X = T + 16 * pa * ts + kk;
+    const float ta[4] = {X[fg * ts + ft], X[(fg + 8) * ts + ft], X[fg * ts + ft + 4], X[(fg + 8) * ts + ft + 4]};
+    uint32_t ahi[4], alo[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      ahi[e] = tf32_bits(ta[e]);
+      alo[e] = tf32_bits(ta[e] - __uint_as_float(ahi[e]));
+    }
+#pragma unroll
+    for (int ni = 0; ni < TN; ++ni) {
+      const float* Y = R + kk * rs + 8 * (pn + ni);
+      const float rb[2] = {Y[ft * rs + fg], Y[(ft + 4) * rs + fg]};
+      uint32_t bhi[2], blo[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        bhi[e] = tf32_bits(rb[e]);
+        blo[e] = tf32_bits(rb[e] - __uint_as_float(bhi[e]));
+      }
+      mma_tf32(d[ni], alo, bhi);
+      mma_tf32(d[ni], ahi, blo);
+      mma_tf32(d[ni], ahi, bhi);
     }
   }
 }

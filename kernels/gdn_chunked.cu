@@ -268,41 +268,12 @@ __device__ __forceinline__ bool walk_cta(const ChunkedParams& s, WalkCta& w) {
 // holds token tile pa (16 rows) against v tiles pn .. pn + TN - 1; `active` is
 // warp-uniform (false: the warp skips the product).
 
-// Delta = T R (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15), in 3xTF32 (hi
-// and lo tf32 parts of both operands: fp32-accurate). T [C][kCS] fp32, R [C][ds] fp32.
+// Delta = T R (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15), in 3xTF32
+// (gdn_chunk_math.cuh). T [C][kCS] fp32, R [C][ds] fp32.
 template <int TN>
 __device__ __forceinline__ void delta_3xtf32(float (&d)[TN][4], const float* T, const float* R, int ds, int pa,
                                              int pn, int fg, int ft, bool active) {
-#pragma unroll
-  for (int ni = 0; ni < TN; ++ni)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) d[ni][e] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < kC; kk += 8) {
-    if (!active || kk >= 16 * (pa + 1)) break;  // above the diagonal: T is zero there
-    const float* X = T + 16 * pa * kCS + kk;
-    const float ta[4] = {X[fg * kCS + ft], X[(fg + 8) * kCS + ft], X[fg * kCS + ft + 4], X[(fg + 8) * kCS + ft + 4]};
-    uint32_t ahi[4], alo[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      ahi[e] = tf32_bits(ta[e]);
-      alo[e] = tf32_bits(ta[e] - __uint_as_float(ahi[e]));
-    }
-#pragma unroll
-    for (int ni = 0; ni < TN; ++ni) {
-      const float* Y = R + kk * ds + 8 * (pn + ni);
-      const float rb[2] = {Y[ft * ds + fg], Y[(ft + 4) * ds + fg]};
-      uint32_t bhi[2], blo[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        bhi[e] = tf32_bits(rb[e]);
-        blo[e] = tf32_bits(rb[e] - __uint_as_float(bhi[e]));
-      }
-      mma_tf32(d[ni], alo, bhi);
-      mma_tf32(d[ni], ahi, blo);
-      mma_tf32(d[ni], ahi, bhi);
-    }
-  }
+  lower_product_3xtf32<TN, kC>(d, T, kCS, R, ds, pa, pn, fg, ft, active);
 }
 
 // P3: o += (masked q.k) Delta (m = tokens of tile pa, n = v, k = tokens j <= 16 pa + 15),

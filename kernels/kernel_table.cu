@@ -248,7 +248,7 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
       put(msg, msg_len, "pb-cuda attention variants: auto, fp32, mma, mma:N, ws, ws:cp (not '" + v + "')");
       return PB_ERR_UNSUPPORTED;
     }
-    if (v.rfind("ws", 0) == 0 && !attention_wgmma_available()) {
+    if (v.rfind("ws", 0) == 0 && !wgmma_available()) {
       put(msg, msg_len, "pb-cuda attention=" + v + " needs a compute capability 9.0 device (sm_90a: wgmma, TMA)");
       return PB_ERR_UNSUPPORTED;
     }

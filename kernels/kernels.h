@@ -17,6 +17,10 @@
 
 namespace pb::kernels {
 
+// Whether device 0 runs sm_90a code (wgmma, bulk copies): compute capability 9.0
+// (attention_mma.cu). The Hopper kernels (attention_ws.cu, the split's scan) need it.
+bool wgmma_available();
+
 // ---- rope.cu --------------------------------------------------------------
 // inv_freq[i] = rope_theta ^ (-2i / rotary_dim) in double, rounded to float:
 // the table the rope kernel takes (device copy of rotary_dim / 2 floats).
