@@ -47,6 +47,11 @@ cp "$root"/scenarios/*.yaml "$root"/scenarios/*.jsonl "$bundle/scenarios/"
 cp "$root"/tests/cuda/*.yaml "$bundle/tests/"
 cp "$root/scripts/device-check.sh" "$bundle/"
 mkdir -p "$bundle/scripts" && cp "$root/scripts/nvtx_tree.py" "$bundle/scripts/"  # device-check's NVTX tree assertion
+# The host symbol tables are not needed there (kernel names live in the device code, the
+# libraries keep their dynamic symbols): stripped, the bundle stays under the carry limit.
+for bin in "$bundle"/*; do
+  [ -f "$bin" ] && [ -x "$bin" ] && readelf -h "$bin" >/dev/null 2>&1 && strip --strip-unneeded "$bin"
+done
 
 # Run-time dependencies, checked on each binary's own NEEDED entries: glibc's
 # libraries only, or libbenchmark.so.1debian carried beside it and found through
