@@ -3,18 +3,20 @@
 // Per 32-token chunk c of a stream, G_i = sum_{j<=i} g_j inside it, S_c the
 // state entering it ([v_dim][k_dim]):
 //   1. prep (parallel over chunk x v head): A_ij = beta_i e^{G_i-G_j} k_i.k_j (j < i),
-//      (I + A) [U | W] = [beta v | beta e^G k] by forward substitution;
-//   2. scan (one CTA per stream x v head x v block, chunks in order):
+//      T = (I + A)^-1 by forward substitution, [U | W] = T [beta v | beta e^G k] (3xTF32);
+//   2. scan (one CTA per stream x v head x v block, chunks in order; on sm_90a the
+//      wgmma scan of gdn_split_scan_wg.cuh, elsewhere the mma.sync scan below):
 //      Delta_c = U_c - W_c S_c^T, P_c = Q_c S_c^T, S_{c+1} = e^{G_last} S_c + (e^{G_last-G} Delta_c)^T K_c,
 //      storing P_c and Delta_c (over U_c) for step 3 (P: T x v_dim per head, 1/4 of S_c's bytes at d128);
 //   3. out (parallel over chunk x v head): o = e^G P_c + tril(e^{G_i-G_j} q.k) Delta_c.
 // The products (A = K K^T, W S^T, (e^{..}Delta)^T K, M = Q K^T, Q S^T, M Delta) run
-// on tf32 mma.sync m16n8k8 (kernels/mma_tf32.cuh); the substitution, exps and scales
-// in fp32 on the CUDA cores.
+// on tf32 mma.sync m16n8k8 (kernels/mma_tf32.cuh) or wgmma; T R in 3xTF32 (fp32-
+// accurate); the substitution, exps and scales in fp32 on the CUDA cores.
 // Precision (GdnPrecision::tf32_split, reference/gdn_split_lp.cpp mirrors every
 // rounding): tf32 operands (cvt.rna) where gdn_chunked.cu has them (k, q, S, the
 // masked q.k, Delta, e^{..}Delta) plus W; products of tf32 values are exact in fp32,
-// so the tensor cores change only the order of the fp32 sums; fp32 scratch.
+// so the tensor cores change only the order of the fp32 sums; [U | W] = T R stands
+// where the lp substitutes (as the chunked kernel's Delta = T R does); fp32 scratch.
 // Invariants: grid sizes from total_tokens, batch_size and the shape only; the
 // work list and its count are read from the workspace.
 #include "kernels/gdn_split.h"
@@ -25,7 +27,10 @@
 #include "kernels/gdn_params.cuh"
 #include "kernels/gdn_chunk_math.cuh"
 #include "kernels/gdn_state_update.cuh"
+#include "kernels/gdn_split_image.cuh"
+#include "kernels/mbarrier.cuh"
 #include "kernels/mma_tf32.cuh"
+#include "kernels/wgmma.cuh"
 
 namespace pb::kernels {
 
@@ -61,14 +66,23 @@ struct SplitParams {
   GdnParams p;
   GdnChunkListView list;  // the chunk list (gdn_chunk_list.h)
   float *G, *W, *U, *Kn, *Qn, *P;  // P: q_i tf32(S_c)^T per token, v head and v row
+  // The Hopper scan's operand images (gdn_split_image.cuh), per chunk index: W per v head,
+  // Q and K^T per k head, kp values wide. Null when the mma.sync scan runs (which reads W).
+  float *Wimg, *Qimg, *Ktimg;
+  int kp;
 };
 
-// ---- 1. prep: per (chunk, v head). Shared: K, Q [C][KS] tf32, A [C][CS], G, beta.
-// A on tf32 mma.sync (warp w: the 16 x 8 tile (w / 4, w % 4)); the substitution in
-// fp32, a column per kTpc lanes (rows sub + kTpc r in registers, x_j by shuffle).
+// ---- 1. prep: per (chunk, v head). Shared: K, Q [C][KS] tf32, A, T [C][CS], the
+// right-hand side R [C][kPrepRS], G, beta. A on tf32 mma.sync (warp w: the 16 x 8 tile
+// (w / 4, w % 4)); T = (I + A)^-1 by substitution in fp32, a column per kTpc lanes (rows
+// sub + kTpc r in registers, x_j by shuffle); [U | W] = T R in 3xTF32 (fp32-accurate: the
+// lp's substitution stands for it, as gdn_chunked_lp.cpp's does for the chunked T R).
 constexpr int kTpc = 4;           // lanes per substitution column
 constexpr int kRpt = kC / kTpc;   // rows per lane
-__global__ void __launch_bounds__(kThreads, 2) gdn_split_prep(SplitParams s) {
+constexpr int kPrepCols = 128;    // columns of [U | W] per block
+constexpr int kPrepRS = kPrepCols + 8;  // R's stride: 8 mod 32 (B fragments read down a column)
+constexpr int kPrepTN = kPrepCols / 8 / 4;  // 8 x 8 tiles per warp along the block (4 warps per token tile)
+__global__ void __launch_bounds__(kThreads, 3) gdn_split_prep(SplitParams s) {
   using namespace detail;
   const GdnParams& p = s.p;
   const int item = blockIdx.x, h = blockIdx.y;
@@ -84,7 +98,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_prep(SplitParams s) {
   float* K_s = sm;                 // [C][KS]
   float* Q_s = K_s + kC * KS;      // [C][KS]
   float* A_s = Q_s + kC * KS;      // [C][CS]
-  float* G_s = A_s + kC * kCS;     // [C]
+  float* T_s = A_s + kC * kCS;     // [C][CS]
+  float* R_s = T_s + kC * kCS;     // [C][kPrepRS]
+  float* G_s = R_s + kC * kPrepRS; // [C]
   float* B_s = G_s + kC;           // [C]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -116,6 +132,23 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_prep(SplitParams s) {
         s.Kn[o] = kn;
         s.Qn[o] = qn;
       }
+      if (store_qk && s.Qimg) {  // rows past n: q = k = 0 here
+        const size_t img = (static_cast<size_t>(it.chunk) * p.num_k_heads + kh) * kC * s.kp;
+        s.Qimg[img + gdn_image_index(kC, i, c)] = qn;
+        s.Ktimg[img + gdn_image_index(s.kp, c, i)] = kn;
+      }
+    }
+  }
+  if (s.Wimg) {  // the images' zeros: W's rows past n, and every image's k past k_dim
+    const size_t wimg = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC * s.kp;
+    const size_t img = (static_cast<size_t>(it.chunk) * p.num_k_heads + kh) * kC * s.kp;
+    for (int e = tid; e < kC * s.kp; e += kThreads) {
+      const int i = e / s.kp, c = e % s.kp;
+      if (i >= n || c >= dk) s.Wimg[wimg + gdn_image_index(kC, i, c)] = 0.f;
+      if (store_qk && c >= dk) {
+        s.Qimg[img + gdn_image_index(kC, i, c)] = 0.f;
+        s.Ktimg[img + gdn_image_index(s.kp, c, i)] = 0.f;
+      }
     }
   }
   load_chunk_gates(s.p.g, s.p.beta, s.p.num_v_heads, t0, n, h, G_s, B_s);
@@ -135,42 +168,56 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_split_prep(SplitParams s) {
   }
   __syncthreads();
 
-  // (I + A) X = [beta v | beta e^G k], kTpc lanes per column; a warp's 8 columns are
-  // all v or all k (v_dim % 8 == 0), and whole warps skip past the last column, so
-  // the shuffles always have every lane. Per (row, column) the same fmas in the same
-  // order (j ascending) as a column walked row by row.
-  const size_t hv_row = static_cast<size_t>(p.num_v_heads);
+  // T = (I + A)^-1: forward substitution on the identity (fp32, j ascending), a column per
+  // kTpc lanes of warps 0-3, as gdn_chunked.cu's prep forms it.
   const int sub = tid % kTpc;
-  for (int base = 0; base < dv + dk; base += kThreads / kTpc) {
-    const int col = base + tid / kTpc;
-    if (col >= dv + dk) continue;  // warp-uniform
-    const bool is_v = col < dv;
+  if (warp < kC * kTpc / 32) {  // warp-uniform
+    const int col = tid / kTpc;
     float x[kRpt];
 #pragma unroll
-    for (int r = 0; r < kRpt; ++r) {
-      const int i = sub + kTpc * r;
+    for (int r = 0; r < kRpt; ++r) x[r] = sub + kTpc * r == col ? 1.f : 0.f;
+    // x_j = 0 above the warp's first column; A's rows past n - 1 and columns from n on are zero
+    forward_substitute<kTpc, kRpt, kC>(x, A_s, kCS, sub, lane, warp * 32 / kTpc, n - 1);
+#pragma unroll
+    for (int r = 0; r < kRpt; ++r) T_s[(sub + kTpc * r) * kCS + col] = x[r];
+  }
+
+  // [U | W] = T [beta v | beta e^G k] in blocks of kPrepCols columns: the block's right-hand
+  // side staged in R_s (fp32), then warp w's 16 x 8 tiles (w / 4, 4 (w % 4) ..) in 3xTF32.
+  const size_t hv_row = static_cast<size_t>(p.num_v_heads);
+  const int fg = lane >> 2, ft = lane & 3, pa = warp >> 2, pn = (warp & 3) * kPrepTN;
+  const size_t wimg = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC * s.kp;
+  for (int c0 = 0; c0 < dv + dk; c0 += kPrepCols) {
+    __syncthreads();  // T_s written; the previous block's reads of R_s done
+    for (int e = tid; e < kC * kPrepCols; e += kThreads) {
+      const int i = e / kPrepCols, c = c0 + e % kPrepCols;
       float b = 0.f;
-      if (i < n) {
-        if (is_v) {
+      if (i < n && c < dv + dk) {
+        if (c < dv) {
           const size_t off = static_cast<size_t>(t0 + i) * p.conv_dim + static_cast<size_t>(2 * p.num_k_heads) * dk +
-                             static_cast<size_t>(h) * dv + col;
+                             static_cast<size_t>(h) * dv + c;
           b = B_s[i] * bf16_to_float(p.conv_out[off]);
         } else {
           const float bw = B_s[i] * expf(G_s[i]);
-          b = bw * K_s[i * KS + (col - dv)];
+          b = bw * K_s[i * KS + (c - dv)];
         }
       }
-      x[r] = b;
+      R_s[i * kPrepRS + e % kPrepCols] = b;
     }
-    forward_substitute<kTpc, kRpt, kC>(x, A_s, kCS, sub, lane);
+    __syncthreads();
+    float d[kPrepTN][4];
+    lower_product_3xtf32<kPrepTN, kC>(d, T_s, kCS, R_s, kPrepRS, pa, pn, fg, ft, true);
 #pragma unroll
-    for (int r = 0; r < kRpt; ++r) {
-      const int i = sub + kTpc * r;
-      if (i >= n) continue;
-      const size_t row = static_cast<size_t>(t0 + i) * hv_row + h;
-      if (is_v) s.U[row * dv + col] = x[r];
-      else s.W[row * dk + (col - dv)] = tf32_round(x[r]);
-    }
+    for (int ni = 0; ni < kPrepTN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 16 * pa + fg + 8 * (e >> 1), c = c0 + 8 * (pn + ni) + 2 * ft + (e & 1);
+        if (i >= n || c >= dv + dk) continue;
+        const size_t row = static_cast<size_t>(t0 + i) * hv_row + h;
+        if (c < dv) s.U[row * dv + c] = d[ni][e];
+        else if (s.Wimg) s.Wimg[wimg + gdn_image_index(kC, i, c - dv)] = tf32_round(d[ni][e]);
+        else s.W[row * dk + (c - dv)] = tf32_round(d[ni][e]);
+      }
   }
 }
 
@@ -430,9 +477,24 @@ __global__ void __launch_bounds__(kThreads) gdn_split_out(SplitParams s) {
   }
 }
 
-size_t prep_smem(int dk) { return sizeof(float) * (2 * kC * ks_of(dk) + kC * kCS + 2 * kC); }
+size_t prep_smem(int dk) { return sizeof(float) * (2 * kC * ks_of(dk) + 2 * kC * kCS + kC * kPrepRS + 2 * kC); }
 size_t out_smem(int dk) {
   return sizeof(float) * (2 * kC * ks_of(dk) + kC * kCS + kC * kOutDS + kC);
+}
+
+#include "kernels/gdn_split_scan_wg.cuh"
+
+template <int KP>
+cudaError_t launch_scan_wg(cudaStream_t stream, unsigned grid, const SplitParams& s) {
+  using T = GdnScanWgTraits<KP>;
+  static bool configured = false;
+  if (!configured) {
+    const cudaError_t e = detail::allow_smem(gdn_split_scan_wg<KP>, T::kSmem);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  gdn_split_scan_wg<KP><<<grid, T::kThreads, T::kSmem, stream>>>(s);
+  return cudaGetLastError();
 }
 
 template <int KP, int VB>
@@ -457,13 +519,22 @@ GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, 
   l.list = gdn_chunk_list_layout(total_tokens, batch_size);
   l.G = l.list.bytes;
   l.W = l.G + gdn_round256(T * Hv * 4);
-  l.U = l.W + gdn_round256(T * Hv * dk * 4);
+  l.U = l.W + (gdn_split_scan_wg_runs(shape) ? 0 : gdn_round256(T * Hv * dk * 4));
   l.Kn = l.U + gdn_round256(T * Hv * dv * 4);
   l.Qn = l.Kn + gdn_round256(T * Hk * dk * 4);
   l.P = l.Qn + gdn_round256(T * Hk * dk * 4);
   l.bytes = l.P + gdn_round256(T * Hv * dv * 4);
+  if (gdn_split_scan_wg_runs(shape)) {  // images per chunk index: W per v head, Q and K^T per k head
+    const uint64_t img = uint64_t(kGdnChunk) * gdn_kp_of(shape.k_dim) * 4, C = l.list.max_chunks;
+    l.Wimg = gdn_round256(l.bytes);
+    l.Qimg = l.Wimg + gdn_round256(C * Hv * img);
+    l.Ktimg = l.Qimg + gdn_round256(C * Hk * img);
+    l.bytes = l.Ktimg + gdn_round256(C * Hk * img);
+  }
   return l;
 }
+
+bool gdn_split_scan_wg_runs(const LayerShape& shape) { return gdn_split_supports(shape) && wgmma_available(); }
 
 bool gdn_split_supports(const LayerShape& shape) {
   return shape.num_k_heads > 0 && shape.num_v_heads > 0 && shape.num_v_heads % shape.num_k_heads == 0 &&
@@ -485,13 +556,18 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   s.Kn = reinterpret_cast<float*>(scratch + l.Kn);
   s.Qn = reinterpret_cast<float*>(scratch + l.Qn);
   s.P = reinterpret_cast<float*>(scratch + l.P);
+  const bool wg = gdn_split_scan_wg_runs(shape);
+  s.Wimg = wg ? reinterpret_cast<float*>(scratch + l.Wimg) : nullptr;
+  s.Qimg = wg ? reinterpret_cast<float*>(scratch + l.Qimg) : nullptr;
+  s.Ktimg = wg ? reinterpret_cast<float*>(scratch + l.Ktimg) : nullptr;
+  s.kp = gdn_kp_of(shape.k_dim);
   // The scan's v block: 32 rows when that still gives two CTAs per SM, else 16
   // (the chain of chunks, not the throughput, then sets the time); 32 at k_dim <= 32
   // (16 x 32 has too few state tiles for 8 warps).
   const long long heads = static_cast<long long>(args.batch_size) * shape.num_v_heads;
   const int kp = shape.k_dim <= 32 ? 32 : shape.k_dim <= 64 ? 64 : 128;
   const bool wide = kp == 32 || heads * ((shape.v_dim + 31) / 32) >= 2LL * detail::sm_count();
-  const int vb = wide ? 32 : 16;
+  const int vb = wg ? GdnScanWgTraits<128>::kVB : wide ? 32 : 16;
   s.p.blocks = (shape.v_dim + vb - 1) / vb;
   const size_t b1 = prep_smem(shape.k_dim), b3 = out_smem(shape.k_dim);
   static bool configured = false;  // once, at the largest sizes (k_dim 128)
@@ -508,7 +584,9 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   gdn_split_prep<<<par, kThreads, b1, stream>>>(s);
   cudaError_t e = cudaSuccess;
   const unsigned grid = static_cast<unsigned>(scan_ctas);
-  if (kp == 32) e = launch_scan<32, 32>(stream, grid, s);
+  if (wg) e = kp == 32 ? launch_scan_wg<32>(stream, grid, s) : kp == 64 ? launch_scan_wg<64>(stream, grid, s)
+                                                           : launch_scan_wg<128>(stream, grid, s);
+  else if (kp == 32) e = launch_scan<32, 32>(stream, grid, s);
   else if (kp == 64) e = wide ? launch_scan<64, 32>(stream, grid, s) : launch_scan<64, 16>(stream, grid, s);
   else e = wide ? launch_scan<128, 32>(stream, grid, s) : launch_scan<128, 16>(stream, grid, s);
   if (e != cudaSuccess) return e;

@@ -22,12 +22,15 @@ namespace pb::kernels {
 // Sizes from the scalars only.
 struct GdnSplitLayout {
   GdnChunkList list;
-  uint64_t G = 0, W = 0, U = 0, Kn = 0, Qn = 0, P = 0, bytes = 0;
+  uint64_t G = 0, W = 0, U = 0, Kn = 0, Qn = 0, P = 0, Wimg = 0, Qimg = 0, Ktimg = 0, bytes = 0;
 };
 GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, uint32_t batch_size);
 
 // True when launch_gdn_split takes this shape (the chunked kernel's shapes).
 bool gdn_split_supports(const LayerShape& shape);
+// True when its scan is the Hopper one (gdn_split_scan_wg.cuh: wgmma, bulk copies; on a
+// compute capability 9.0 device): the layout then has the operand images instead of W.
+bool gdn_split_scan_wg_runs(const LayerShape& shape);
 
 // `scratch`: the device address of the region gdn_split_layout describes, its
 // chunk list written by prepare (plan_gdn_chunks).

@@ -281,7 +281,9 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
                                              : c.attention == "ws" ? "ws(warp-specialized, TMA producer where block_size is a multiple of 8 that divides or is divided by the key tile (128; 64 at d256), cp.async producer otherwise)"
                                              : c.attention == "ws:cp" ? "ws:cp(warp-specialized, cp.async producer)"
                                                                       : c.attention) +
-                  " gdn=" + std::string(c.gdn == "auto" ? (kGdnChunkedDefault ? "chunked-tf32/token by shape" : "token") : c.gdn);
+                  " gdn=" + std::string(c.gdn == "auto"    ? (kGdnChunkedDefault ? "chunked-tf32/token by shape" : "token")
+                                   : c.gdn == "split" ? (wgmma_available() ? "split(scan: wgmma, bulk-copy ring)" : "split(scan: mma.sync)")
+                                                      : c.gdn);
   const Conv1dImpl ci = conv1d_impl(c);
   d += " conv1d=" + std::string(ci == Conv1dImpl::window  ? "window(d_conv<=4)/row"
                                 : ci == Conv1dImpl::stage ? "stage(d_conv<=4)/row"

@@ -1,0 +1,31 @@
+// gdn_split_image.cuh: the layout in which the split's prep writes the B operands of the
+// Hopper scan (gdn_split_scan_wg.cuh), so that one bulk copy per operand lands a wgmma-
+// ready tile: per 32-token chunk, W [32 tokens][KP k] (per v head), Q [32][KP] and K^T
+// [KP k][32 tokens] (per k head), tf32 values, zero past the chunk's end and past k_dim.
+// An image of `rows` rows is K-major with the 128-byte swizzle: KP / 32 slabs of
+// [rows][32 values], 16-byte piece XOR (row % 8), as wgmma's descriptors read it from a
+// 1024-byte aligned base. Along its reduction index the values sit in the perm8 order:
+// position p of each 8 holds index 2p (p < 4) or 2 (p - 4) + 1, the order in which a
+// thread's accumulators become its A fragment (gdn_split_scan_wg.cuh).
+#pragma once
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define PB_SPLIT_IMAGE_FN __host__ __device__ inline
+#else
+#define PB_SPLIT_IMAGE_FN inline  // host tests (tests/gdn_split_image_test.cpp)
+#endif
+
+namespace pb::kernels {
+
+// k_dim padded to the scan's widths.
+PB_SPLIT_IMAGE_FN int gdn_kp_of(int dk) { return dk <= 32 ? 32 : dk <= 64 ? 64 : 128; }
+
+// Float index, in an image of `rows` rows, of reduction index i of row `row`.
+PB_SPLIT_IMAGE_FN uint32_t gdn_image_index(int rows, int row, int i) {
+  const int pos = (i & ~7) + ((i & 1) ? 4 + ((i & 7) >> 1) : ((i & 7) >> 1));
+  const int ch = pos >> 2;  // 16-byte piece of the 32-value slab row
+  return static_cast<uint32_t>((ch >> 3) * (rows * 32) + row * 32 + (((ch & 7) ^ (row & 7)) << 2) + (pos & 3));
+}
+
+}  // namespace pb::kernels
