@@ -484,30 +484,26 @@ size_t out_smem(int dk) {
 
 #include "kernels/gdn_split_scan_wg.cuh"
 
+// One scan kernel's launch, its dynamic shared memory allowed on the first call.
+template <auto Kernel, int Threads, size_t Smem>
+cudaError_t launch_scan_kernel(cudaStream_t stream, unsigned grid, const SplitParams& s) {
+  static bool configured = false;
+  if (!configured) {
+    const cudaError_t e = detail::allow_smem(Kernel, Smem);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  Kernel<<<grid, Threads, Smem, stream>>>(s);
+  return cudaGetLastError();
+}
 template <int KP>
 cudaError_t launch_scan_wg(cudaStream_t stream, unsigned grid, const SplitParams& s) {
   using T = GdnScanWgTraits<KP>;
-  static bool configured = false;
-  if (!configured) {
-    const cudaError_t e = detail::allow_smem(gdn_split_scan_wg<KP>, T::kSmem);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
-  gdn_split_scan_wg<KP><<<grid, T::kThreads, T::kSmem, stream>>>(s);
-  return cudaGetLastError();
+  return launch_scan_kernel<gdn_split_scan_wg<KP>, T::kThreads, T::kSmem>(stream, grid, s);
 }
-
 template <int KP, int VB>
 cudaError_t launch_scan(cudaStream_t stream, unsigned grid, const SplitParams& s) {
-  using L = ScanSmem<KP, VB>;
-  static bool configured = false;
-  if (!configured) {
-    const cudaError_t e = detail::allow_smem(gdn_split_scan<KP, VB>, L::bytes);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
-  gdn_split_scan<KP, VB><<<grid, kThreads, L::bytes, stream>>>(s);
-  return cudaGetLastError();
+  return launch_scan_kernel<gdn_split_scan<KP, VB>, kThreads, ScanSmem<KP, VB>::bytes>(stream, grid, s);
 }
 
 }  // namespace
@@ -519,12 +515,13 @@ GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, 
   l.list = gdn_chunk_list_layout(total_tokens, batch_size);
   l.G = l.list.bytes;
   l.W = l.G + gdn_round256(T * Hv * 4);
-  l.U = l.W + (gdn_split_scan_wg_runs(shape) ? 0 : gdn_round256(T * Hv * dk * 4));
+  const bool wg = gdn_split_scan_wg_runs(shape);  // its images replace W
+  l.U = l.W + (wg ? 0 : gdn_round256(T * Hv * dk * 4));
   l.Kn = l.U + gdn_round256(T * Hv * dv * 4);
   l.Qn = l.Kn + gdn_round256(T * Hk * dk * 4);
   l.P = l.Qn + gdn_round256(T * Hk * dk * 4);
   l.bytes = l.P + gdn_round256(T * Hv * dv * 4);
-  if (gdn_split_scan_wg_runs(shape)) {  // images per chunk index: W per v head, Q and K^T per k head
+  if (wg) {  // images per chunk index: W per v head, Q and K^T per k head
     const uint64_t img = uint64_t(kGdnChunk) * gdn_kp_of(shape.k_dim) * 4, C = l.list.max_chunks;
     l.Wimg = gdn_round256(l.bytes);
     l.Qimg = l.Wimg + gdn_round256(C * Hv * img);
@@ -560,12 +557,11 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   s.Wimg = wg ? reinterpret_cast<float*>(scratch + l.Wimg) : nullptr;
   s.Qimg = wg ? reinterpret_cast<float*>(scratch + l.Qimg) : nullptr;
   s.Ktimg = wg ? reinterpret_cast<float*>(scratch + l.Ktimg) : nullptr;
-  s.kp = gdn_kp_of(shape.k_dim);
+  const int kp = s.kp = gdn_kp_of(shape.k_dim);
   // The scan's v block: 32 rows when that still gives two CTAs per SM, else 16
   // (the chain of chunks, not the throughput, then sets the time); 32 at k_dim <= 32
   // (16 x 32 has too few state tiles for 8 warps).
   const long long heads = static_cast<long long>(args.batch_size) * shape.num_v_heads;
-  const int kp = shape.k_dim <= 32 ? 32 : shape.k_dim <= 64 ? 64 : 128;
   const bool wide = kp == 32 || heads * ((shape.v_dim + 31) / 32) >= 2LL * detail::sm_count();
   const int vb = wg ? GdnScanWgTraits<128>::kVB : wide ? 32 : 16;
   s.p.blocks = (shape.v_dim + vb - 1) / vb;
