@@ -114,13 +114,23 @@ Backend::~Backend() {
   memory_.reset();
 }
 
-Backend::Buffer Backend::alloc(size_t bytes) { return {memory_->allocate(bytes), bytes}; }
+Backend::Buffer Backend::alloc(size_t bytes, const char* name, size_t row_bytes) {
+  if (guard_image_.empty()) {
+    guard_image_.resize(kBufferGuardBytes);
+    for (size_t i = 0; i < kBufferGuardBytes; i += 2) std::memcpy(&guard_image_[i], &kBufferGuardBits, 2);
+  }
+  const uint64_t base = memory_->allocate(bytes + 2 * kBufferGuardBytes);
+  const Buffer b{base + kBufferGuardBytes, bytes, name, row_bytes};
+  memory_->upload(base, guard_image_.data(), kBufferGuardBytes);
+  memory_->upload(b.at + bytes, guard_image_.data(), kBufferGuardBytes);
+  return b;
+}
 
 template <class T>
-Backend::Buffer Backend::upload(const std::vector<T>& host, size_t expect, const char* what) {
+Backend::Buffer Backend::upload(const std::vector<T>& host, size_t expect, const char* what, size_t row_bytes) {
   if (host.size() != expect)
     throw std::runtime_error(fmt::format("harness: {} holds {} elements, expected {}", what, host.size(), expect));
-  Buffer b = alloc(expect * sizeof(T));
+  Buffer b = alloc(expect * sizeof(T), what, row_bytes);
   memory_->upload(b.at, host.data(), b.bytes);
   return b;
 }
@@ -139,8 +149,8 @@ void Backend::allocate(const Batch& batch, const LayerShape& shape, size_t scrat
   total_tokens_ = batch.total_tokens;
   scratch_bytes_ = scratch_bytes;
   arena_bytes_ = arena_bytes;
-  scratch_ = alloc(scratch_bytes).at;
-  arena_ = alloc(arena_bytes).at;
+  scratch_ = alloc(scratch_bytes, "scratch").at;
+  arena_ = alloc(arena_bytes, "block-table arena").at;
 
   const size_t T = static_cast<size_t>(batch.total_tokens);
   const size_t N = static_cast<size_t>(batch.num_streams);
@@ -150,6 +160,8 @@ void Backend::allocate(const Batch& batch, const LayerShape& shape, size_t scrat
   const size_t C = static_cast<size_t>(conv_dim(shape));
   const size_t hist = shape.d_conv > 0 ? static_cast<size_t>(shape.d_conv - 1) : 0;
   const size_t h_elems = static_cast<size_t>(shape.num_v_heads) * shape.v_dim * shape.k_dim;
+  const size_t q_row = static_cast<size_t>(shape.num_q_heads) * shape.head_dim * sizeof(bf16);
+  const size_t kv_row = static_cast<size_t>(shape.num_kv_heads) * shape.head_dim * sizeof(bf16);
 
   layers_.resize(batch.layers.size());
   for (size_t l = 0; l < batch.layers.size(); ++l) {
@@ -157,21 +169,21 @@ void Backend::allocate(const Batch& batch, const LayerShape& shape, size_t scrat
     const LayerInputs& in = batch.layers[l];
     L.kind = in.kind;
     if (in.kind == LayerKind::attn) {
-      L.q = upload(in.attn.q, q_elems, "attn q");
-      L.k = upload(in.attn.k, kv_elems, "attn k");
-      L.v = upload(in.attn.v, kv_elems, "attn v");
-      L.out = alloc(q_elems * sizeof(bf16));
-      L.k_cache0 = upload(initial_cache(batch, shape, static_cast<int>(l), false), cache_elems, "k cache");
-      L.v_cache0 = upload(initial_cache(batch, shape, static_cast<int>(l), true), cache_elems, "v cache");
-      L.k_cache = alloc(cache_elems * sizeof(bf16));
-      L.v_cache = alloc(cache_elems * sizeof(bf16));
+      L.q = upload(in.attn.q, q_elems, "q", q_row);
+      L.k = upload(in.attn.k, kv_elems, "k", kv_row);
+      L.v = upload(in.attn.v, kv_elems, "v", kv_row);
+      L.out = alloc(q_elems * sizeof(bf16), "out", q_row);
+      L.k_cache0 = upload(initial_cache(batch, shape, static_cast<int>(l), false), cache_elems, "the harness's initial k_cache");
+      L.v_cache0 = upload(initial_cache(batch, shape, static_cast<int>(l), true), cache_elems, "the harness's initial v_cache");
+      L.k_cache = alloc(cache_elems * sizeof(bf16), "k_cache");
+      L.v_cache = alloc(cache_elems * sizeof(bf16), "v_cache");
     } else {
       const GdnInputs& gi = in.gdn;
-      L.x = upload(gi.x, T * C, "gdn x");
-      L.conv_w = upload(gi.conv_w, C * shape.d_conv, "gdn conv_w");
-      L.g = upload(gi.g, T * shape.num_v_heads, "gdn g");
-      L.beta = upload(gi.beta, T * shape.num_v_heads, "gdn beta");
-      L.out = alloc(T * shape.num_v_heads * shape.v_dim * sizeof(bf16));
+      L.x = upload(gi.x, T * C, "x", C * sizeof(bf16));
+      L.conv_w = upload(gi.conv_w, C * shape.d_conv, "conv_weight");
+      L.g = upload(gi.g, T * shape.num_v_heads, "g", shape.num_v_heads * sizeof(float));
+      L.beta = upload(gi.beta, T * shape.num_v_heads, "beta", shape.num_v_heads * sizeof(float));
+      L.out = alloc(T * shape.num_v_heads * shape.v_dim * sizeof(bf16), "out", shape.num_v_heads * shape.v_dim * sizeof(bf16));
       std::vector<bf16> conv0;
       std::vector<float> h0;
       conv0.reserve(N * C * hist);
@@ -182,10 +194,10 @@ void Backend::allocate(const Batch& batch, const LayerShape& shape, size_t scrat
         conv0.insert(conv0.end(), gi.conv0[b].begin(), gi.conv0[b].end());
         h0.insert(h0.end(), gi.h0[b].begin(), gi.h0[b].end());
       }
-      L.conv0 = upload(conv0, N * C * hist, "conv0");
-      L.h0 = upload(h0, N * h_elems, "h0");
-      L.conv_state = alloc(N * C * hist * sizeof(bf16));
-      L.h_state = alloc(N * h_elems * sizeof(float));
+      L.conv0 = upload(conv0, N * C * hist, "the harness's initial conv_state");
+      L.h0 = upload(h0, N * h_elems, "the harness's initial h_state");
+      L.conv_state = alloc(N * C * hist * sizeof(bf16), "conv_state");
+      L.h_state = alloc(N * h_elems * sizeof(float), "h_state");
     }
   }
   for (size_t l = 0; l < layers_.size(); ++l) reset_layer(static_cast<int>(l));
@@ -244,7 +256,7 @@ pb_workspace Backend::prepare_workspace(LayerBuffers& L, const pb_batched_attn_m
           "{}: workspace_bytes asks for {} bytes on this batch, more than the {} the layer was captured with; "
           "a graph-safe library (PB_CAP_GRAPH) must ask the same for every batch of a bucket",
           library_->label(), ws, L.workspace.bytes));
-    L.workspace = alloc(ws);
+    L.workspace = alloc(ws, "workspace");
   }
   if (L.workspace.bytes) memory_->fill_u16(L.workspace.at, L.workspace.bytes / 2, kBf16PoisonBits);
   return pb_workspace{L.workspace.at, L.workspace.bytes};
@@ -491,6 +503,50 @@ LayerOutputs Backend::read_layer(int layer) {
       o.h_state[b].assign(all.begin() + b * h_elems, all.begin() + (b + 1) * h_elems);
   }
   return o;
+}
+
+LayerInputs Backend::read_inputs(int layer) {
+  const LayerBuffers& L = at(layer);
+  LayerInputs in;
+  in.kind = L.kind;
+  auto down = [&](auto& vec, const Buffer& b) {
+    vec.resize(b.bytes / sizeof(vec[0]));
+    memory_->download(vec.data(), b.at, vec.size() * sizeof(vec[0]));
+  };
+  if (L.kind == LayerKind::attn) {
+    down(in.attn.q, L.q);
+    down(in.attn.k, L.k);
+    down(in.attn.v, L.v);
+  } else {
+    down(in.gdn.x, L.x);
+    down(in.gdn.conv_w, L.conv_w);
+    down(in.gdn.g, L.g);
+    down(in.gdn.beta, L.beta);
+  }
+  return in;
+}
+
+std::vector<GuardZones> Backend::read_guards(int layer) {
+  const LayerBuffers& L = at(layer);
+  std::vector<GuardZones> zones;
+  auto read = [&](const Buffer& b) {
+    if (!b.at) return;  // never allocated (a layer that asked for no workspace)
+    GuardZones z{b.name, b.bytes, b.row_bytes, std::vector<uint8_t>(kBufferGuardBytes),
+                 std::vector<uint8_t>(kBufferGuardBytes)};
+    memory_->download(z.front.data(), b.at - kBufferGuardBytes, kBufferGuardBytes);
+    memory_->download(z.rear.data(), b.at + b.bytes, kBufferGuardBytes);
+    zones.push_back(std::move(z));
+  };
+  read(Buffer{scratch_, scratch_bytes_, "scratch"});
+  read(Buffer{arena_, arena_bytes_, "block-table arena"});
+  const Buffer* attn[] = {&L.q, &L.k, &L.v, &L.out, &L.k_cache, &L.v_cache, &L.k_cache0, &L.v_cache0};
+  const Buffer* gdn[] = {&L.x, &L.conv_w, &L.g, &L.beta, &L.out, &L.conv_state, &L.h_state, &L.conv0, &L.h0};
+  if (L.kind == LayerKind::attn)
+    for (const Buffer* b : attn) read(*b);
+  else
+    for (const Buffer* b : gdn) read(*b);
+  read(L.workspace);
+  return zones;
 }
 
 std::vector<uint8_t> Backend::read_scratch() {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "batch.h"
+#include "buffer_guard.h"
 #include "faults.h"
 #include "kernel_library.h"
 #include "memory.h"
@@ -103,11 +104,18 @@ class Backend {
   GdnPrecision gdn_precision(int layer) const;
   std::vector<uint8_t> read_scratch();
   std::vector<uint8_t> read_arena();
+  // buffer_guard: the layer's read-only inputs as they are now (attn q, k, v;
+  // gdn x, conv_w, g, beta), and the guard zones of every buffer of the layer
+  // (its workspace included) and of scratch and the table arena.
+  LayerInputs read_inputs(int layer);
+  std::vector<GuardZones> read_guards(int layer);
 
  private:
   struct Buffer {
     uint64_t at = 0;
     size_t bytes = 0;
+    const char* name = "";
+    size_t row_bytes = 0;
   };
   // One layer's capture (--graph): the args struct as captured, the host
   // copies it points at, and the graph id (CUDA) or -1 (host: replay by calling).
@@ -125,9 +133,10 @@ class Backend {
     Buffer workspace;
     Captured captured;
   };
-  Buffer alloc(size_t bytes);
+  // `bytes` between two guard zones (kBufferGuardBytes of kBufferGuardBits).
+  Buffer alloc(size_t bytes, const char* name, size_t row_bytes = 0);
   template <class T>
-  Buffer upload(const std::vector<T>& host, size_t expect, const char* what);
+  Buffer upload(const std::vector<T>& host, size_t expect, const char* what, size_t row_bytes = 0);
   template <class T>
   void upload_into(const Buffer& b, const std::vector<T>& host, const char* what);
   // The workspace grown to what this metadata asks for (never moved under a
@@ -151,6 +160,7 @@ class Backend {
   int num_streams_ = 0, total_tokens_ = 0;
   uint64_t scratch_ = 0, arena_ = 0;
   size_t scratch_bytes_ = 0, arena_bytes_ = 0;
+  std::vector<uint8_t> guard_image_;  // one zone's worth of kBufferGuardBits
   std::vector<LayerBuffers> layers_;
   bool l2_flush_ = false;
 };

@@ -13,7 +13,7 @@ constexpr size_t kMaxFindings = 32;
 const std::vector<std::string>& all_check_names() {
   static const std::vector<std::string> names = {
       kCheckLayout, kCheckScratchGuard, kCheckNumeric, kCheckCausalBound,
-      kCheckKvWrite, kCheckState, kCheckPositions, kCheckDeterminism, kCheckMetadata, kCheckInvariance};
+      kCheckKvWrite, kCheckState, kCheckPositions, kCheckDeterminism, kCheckMetadata, kCheckInvariance, kCheckBufferGuard};
   return names;
 }
 

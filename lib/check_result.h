@@ -11,6 +11,7 @@ namespace pb {
 constexpr const char* kCheckLayout = "layout";
 constexpr const char* kCheckMetadata = "metadata";
 constexpr const char* kCheckScratchGuard = "scratch_guard";
+constexpr const char* kCheckBufferGuard = "buffer_guard";
 constexpr const char* kCheckNumeric = "numeric";
 constexpr const char* kCheckCausalBound = "causal_bound";
 constexpr const char* kCheckKvWrite = "kv_write";

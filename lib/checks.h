@@ -39,6 +39,15 @@ void check_scratch_guard(const Batch& batch, bool mrope, const StagedImage& img,
                          const std::vector<uint8_t>& scratch, const std::vector<uint8_t>& arena,
                          int layer, CheckResult& r);
 
+// buffer_guard: after a layer's runs, its read-only inputs (`now`, read back)
+// equal the truth bit for bit, the metadata's host copies the library was given
+// (`given`, as it holds them now) equal the staged ones (`staged`), and every guard
+// zone (Backend::read_guards) still holds kBufferGuardBits. Findings name the input
+// and stream, the host copy and entry, or the buffer, the side and how far outside
+// it the bytes changed.
+void check_buffer_guard(const Batch& batch, int layer, const LayerInputs& now, const BatchedAttnMetadata& staged,
+                        const BatchedAttnMetadata& given, const std::vector<GuardZones>& guards, CheckResult& r);
+
 // positions: T/H/W read at the staged addresses equal the truth per token.
 void check_positions(const Batch& batch, bool mrope, const StagedImage& img,
                      const std::vector<uint8_t>& scratch, uint64_t scratch_base, CheckResult& r);

@@ -142,6 +142,16 @@ Exposure fault_exposure(Fault f, const Scenario& s, const Batch& batch) {
       return Exposure{};
     case Fault::grid_short_by_one:
       return Exposure{};
+    case Fault::out_row_past_end:
+      return batch.total_tokens > 0 ? Exposure{} : no("no token: there is no last row");
+    case Fault::inputs_in_place: {
+      if (gdn) return Exposure{};  // conv1d's activations are never its inputs
+      if (layer_shape(s, batch).rotary_dim == 0) return no("no rotary dims: rope leaves q as it is");
+      for (const StreamTruth& st : batch.streams)
+        for (int t = 0; t < st.count; ++t)
+          if (st.pos_t[t] || st.pos_h[t] || st.pos_w[t]) return Exposure{};
+      return no("every token sits at position 0, where rope leaves q as it is");
+    }
     case Fault::batch_dependent_split: {
       if (!attn) return no("no attention layer");
       if (!s.checks.empty() && std::count(s.checks.begin(), s.checks.end(), kCheckInvariance) == 0)

@@ -66,13 +66,22 @@ const std::vector<FaultInfo>& all_faults() {
        "Chooses attention's key tile (16 to 64 keys) from the batch's total tokens, so a stream's "
        "softmax is reduced in other pieces when its batch changes: its bits move, within tolerance (a "
        "split-KV heuristic fed a batch-wide size). Host backend only."},
+      {Fault::out_row_past_end, "out-row-past-end", kCheckBufferGuard,
+       "Lets the attention and gdn kernels store the batch's last output row twice, the second time one "
+       "row further, past the end of out (a tile store that assumes out is padded past total_tokens). "
+       "Every row the checks read is right. Host backend only."},
+      {Fault::inputs_in_place, "inputs-in-place", kCheckBufferGuard,
+       "Lets rope write the roped q back into q and conv1d its activations back into x (kernels that work "
+       "in place on buffers the engine still needs; the contract makes them read-only). The first run is "
+       "right; later runs read the overwritten inputs. Host backend only."},
   };
   return faults;
 }
 
 bool fault_in_kernels(Fault f) {
   return f == Fault::causal_off_by_one || f == Fault::conv_state_bleed || f == Fault::gdn_state_race ||
-         f == Fault::grid_short_by_one || f == Fault::graph_baked_kv_len || f == Fault::batch_dependent_split;
+         f == Fault::grid_short_by_one || f == Fault::graph_baked_kv_len || f == Fault::batch_dependent_split ||
+         f == Fault::out_row_past_end || f == Fault::inputs_in_place;
 }
 
 const FaultInfo& fault_info(Fault f) { return all_faults().at(static_cast<size_t>(f)); }

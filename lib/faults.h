@@ -23,6 +23,8 @@ enum class Fault {
   gdn_state_race,           // kernel: a gdn work item reads a neighbour's state mid-update
   graph_baked_kv_len,       // kernel (pb-host): attention takes kv_len from the host copy baked in at capture
   batch_dependent_split,    // kernel (pb-host): attention's key tile chosen from the batch's total tokens
+  out_row_past_end,         // kernel (pb-host): attention and gdn store one row past the last token's
+  inputs_in_place,          // kernel (pb-host): rope writes the roped q into q, conv1d its output into x
 };
 
 struct FaultInfo {

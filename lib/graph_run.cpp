@@ -71,6 +71,9 @@ void run_graph_second_batch(const Scenario& s, const Batch& batch2, Backend& bac
     if (on(kCheckScratchGuard))
       check_scratch_guard(batch2, mrope, img, expected_scratch, backend.read_scratch(), backend.read_arena(), layer,
                           checks[kCheckScratchGuard]);
+    if (on(kCheckBufferGuard))
+      check_buffer_guard(batch2, layer, backend.read_inputs(layer), img.meta, kernel_meta, backend.read_guards(layer),
+                         checks[kCheckBufferGuard]);
     check_layer(s, batch2, shape, layer, backend, out, ref_sample, staged_kv_lens, checks);
   }
   fold_second_batch(checks, graph);

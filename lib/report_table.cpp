@@ -174,7 +174,7 @@ void wrapped_items(std::string& out, const std::string& head, size_t head_width,
 // One letter per check in the stream table.
 char check_letter(const std::string& name) {
   static const std::map<std::string, char> letters = {
-      {kCheckLayout, 'L'},  {kCheckMetadata, 'M'}, {kCheckScratchGuard, 'G'}, {kCheckNumeric, 'N'},
+      {kCheckLayout, 'L'},  {kCheckMetadata, 'M'}, {kCheckScratchGuard, 'G'}, {kCheckBufferGuard, 'B'}, {kCheckNumeric, 'N'},
       {kCheckCausalBound, 'C'}, {kCheckKvWrite, 'K'},  {kCheckState, 'S'},
       {kCheckPositions, 'P'},   {kCheckDeterminism, 'D'}, {kCheckGraph, 'R'}};  // R: graph replay
   auto it = letters.find(name);

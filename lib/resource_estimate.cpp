@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "batch.h"
+#include "buffer_guard.h"
 #include "check_result.h"
 #include "staged_layout.h"
 
@@ -190,6 +191,12 @@ ResourceEstimate estimate_resources(const Scenario& s, const std::vector<StreamS
   const double arena = 4.0 * (double(blocks) + 2.0 * N) + 8.0 * N + 4.0 * (double(max_blocks) + 2) + 8.0 * N;
   e.device.push_back({"scratch buffer", scratch_field, scratch});
   e.device.push_back({"table arena", "streams", arena});
+  // buffer_guard: two zones around each buffer (Backend::alloc): per attention layer
+  // q, k, v, out, the live and initial caches and the workspace; per gdn layer x,
+  // conv_weight, g, beta, out, the live and initial states and the workspace.
+  e.device.push_back({fmt::format("guard zones (2 x {} around each of {} buffers)", human_bytes(kBufferGuardBytes),
+                                  9 * A + 10 * G + 2),
+                      "layers.pattern", 2.0 * kBufferGuardBytes * double(9 * A + 10 * G + 2)});
   e.host.push_back({"staged scratch images (image, expectation, read-back)", scratch_field, 3 * scratch + 2 * arena});
   return e;
 }

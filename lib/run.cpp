@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "check_layer.h"
 #include "check_plan.h"
@@ -308,6 +309,9 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       res.output_checksums.emplace_back();
       continue;
     }
+    // Each layer plans from the host copies as staged, whatever an earlier layer did to them.
+    kernel_meta.cu_seqlens_host = img.meta.cu_seqlens_host;
+    kernel_meta.kv_lens_host = img.meta.kv_lens_host;
     std::vector<uint64_t> ptrs;
     if (!attn) {
       std::vector<uint64_t> own;
@@ -318,6 +322,14 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     LayerOutputs first;
     SampleLoop loop(res.timing);
     int rep = 0;
+    // buffer_guard reads the guard zones after every run of the layer and keeps the
+    // first that show a write (a later run could write the same bytes back).
+    std::optional<std::vector<GuardZones>> hit_zones;
+    auto watch_guards = [&] {
+      if (opt.profile || !on(kCheckBufferGuard) || hit_zones) return;
+      std::vector<GuardZones> z = backend->read_guards(layer);
+      if (!guard_zones_intact(z)) hit_zones = std::move(z);
+    };
     // Before every run: the layer's initial state and this layer's h_state_ptrs.
     auto reset = [&] {
       backend->reset_layer(layer);
@@ -340,6 +352,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       progress.say(fmt::format("layer {}/{} run {}{}", layer + 1, s.layers.size(), rep + 1,
                                loop.warming() ? " (warm-up)" : ""));
       loop.record(run_once(0));
+      watch_guards();
       if (opt.profile || rep != 0 || graph) continue;  // under --graph the checks read the replay
       keep_first();
     }
@@ -356,6 +369,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
         progress.say(fmt::format("layer {}/{} graph replay {}", layer + 1, s.layers.size(), r + 1));
         reset();
         replays.record({{"graph_replay", backend->replay_layer(layer, kernel_meta, h_ptrs)}});
+        watch_guards();
         if (r == 0) keep_first();
       }
       for (KernelTiming& t : replays.summaries(layer)) {
@@ -382,8 +396,14 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     // same work, so a same-launch race shows every time.
     if (!opt.profile && determinism) {
       run_once(1);
+      watch_guards();
       check_determinism(layer, first, backend->read_layer(layer), checks[kCheckDeterminism]);
     }
+    // After every run of the layer (warm-ups, timed, replays, the rerun): its inputs
+    // as uploaded, nothing written outside its buffers.
+    if (!opt.profile && on(kCheckBufferGuard))
+      check_buffer_guard(batch, layer, backend->read_inputs(layer), img.meta, kernel_meta,
+                         hit_zones ? *hit_zones : backend->read_guards(layer), checks[kCheckBufferGuard]);
     for (KernelTiming& t : loop.summaries(layer)) {
       const WorkCount w = count_work(t.kernel, batch, shape);
       t.flops = w.flops;

@@ -4,10 +4,12 @@
 // the numeric rule's edges (NaN always fails; the limit tracks the
 // same-precision reference's own error). Then the findings that tell bugs
 // apart: output never written vs poisoned KV read, counts named for what they
-// count, and the MRoPE section whose positions a kernel got wrong.
+// count, and the MRoPE section whose positions a kernel got wrong. And buffer_guard:
+// what it names for a changed input and for a write outside a buffer.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "lib/checks.h"
 #include "lib/diff_stats.h"
@@ -184,6 +186,104 @@ TEST(RopeSections, PlainRopeOffByOnePositionIsNamed) {
                                  "positions on {} of {}", batch.streams[1].count, batch.total_tokens)))
       << all(r);
   EXPECT_TRUE(has(r, "fit none of the token's T/H/W positions")) << all(r);
+}
+
+// buffer_guard, on the check itself: inputs read back as uploaded and untouched
+// guard zones pass; one changed input element is named with its tensor, stream and
+// token row; a write just past a buffer's end or before its start is named with
+// the buffer, the side and the token row it would be.
+Batch two_stream_batch() {
+  Batch b;
+  b.num_streams = 2;
+  b.total_tokens = 3;
+  b.streams.resize(2);
+  b.streams[0].row_begin = 0;
+  b.streams[0].count = 1;
+  b.streams[1].row_begin = 1;
+  b.streams[1].count = 2;
+  LayerInputs li;
+  li.kind = LayerKind::attn;
+  for (int i = 0; i < 6; ++i) li.attn.q.push_back(to_bf16(0.25f * i));  // [T 3, 1 head, 2]
+  li.attn.k = li.attn.v = li.attn.q;
+  b.layers = {li};
+  return b;
+}
+
+GuardZones untouched_zones(const char* name, size_t bytes, size_t row_bytes) {
+  GuardZones z{name, bytes, row_bytes, std::vector<uint8_t>(kBufferGuardBytes), std::vector<uint8_t>(kBufferGuardBytes)};
+  for (size_t i = 0; i < kBufferGuardBytes; i += 2) {
+    std::memcpy(&z.front[i], &kBufferGuardBits, 2);
+    std::memcpy(&z.rear[i], &kBufferGuardBits, 2);
+  }
+  return z;
+}
+
+BatchedAttnMetadata host_copies() {
+  BatchedAttnMetadata m;
+  m.cu_seqlens_host = {0, 1, 3};
+  m.kv_lens_host = {1, 2};
+  return m;
+}
+
+TEST(BufferGuard, NamesAChangedHostCopy) {
+  const Batch b = two_stream_batch();
+  BatchedAttnMetadata given = host_copies();
+  given.kv_lens_host[1] = 7;
+  CheckResult r;
+  check_buffer_guard(b, 0, b.layers[0], host_copies(), given, {}, r);
+  ASSERT_FALSE(r.passed);
+  EXPECT_TRUE(has(r, "metadata host copy kv_lens_host is read-only, and the layer changed it: entry 1 was given as 2, "
+                     "found 7")) << all(r);
+}
+
+TEST(BufferGuard, PassesOnUntouchedInputsAndZones) {
+  const Batch b = two_stream_batch();
+  CheckResult r;
+  check_buffer_guard(b, 0, b.layers[0], host_copies(), host_copies(), {untouched_zones("out", 12, 4)}, r);
+  EXPECT_TRUE(r.passed) << all(r);
+}
+
+TEST(BufferGuard, NamesTheChangedInputItsStreamAndRow) {
+  const Batch b = two_stream_batch();
+  LayerInputs now = b.layers[0];
+  now.attn.k[5] = to_bf16(9.0f);  // token row 2 (stream 1), element 1
+  CheckResult r;
+  check_buffer_guard(b, 0, now, host_copies(), host_copies(), {}, r);
+  ASSERT_FALSE(r.passed);
+  ASSERT_EQ(r.findings.size(), 1u);
+  EXPECT_EQ(r.findings[0].stream, 1);
+  EXPECT_TRUE(has(r, "input k [T, num_kv_heads, head_dim] is read-only, and the layer changed 1 of its elements in "
+                     "stream 1's rows: first at token row 2 element 1")) << all(r);
+}
+
+TEST(BufferGuard, NamesAWritePastTheEndOrBeforeTheStart) {
+  const Batch b = two_stream_batch();
+  GuardZones out = untouched_zones("out", 12, 4);
+  out.rear[4] = 0;  // row 4 of a 3-row buffer
+  GuardZones ws = untouched_zones("workspace", 256, 0);
+  ws.front[kBufferGuardBytes - 1] = 0;  // the byte just before the start
+  CheckResult r;
+  check_buffer_guard(b, 0, b.layers[0], host_copies(), host_copies(), {out, ws}, r);
+  ASSERT_FALSE(r.passed);
+  EXPECT_TRUE(has(r, "out (12 bytes): 1 bytes of the guard zone after it changed, 4 to 4 bytes past its end (token "
+                     "row 4; the buffer holds rows 0 to 2)")) << all(r);
+  EXPECT_TRUE(has(r, "workspace (256 bytes): 1 bytes of the guard zone before it changed, 0 to 0 bytes before its "
+                     "start")) << all(r);
+}
+
+TEST(BufferGuard, FaultsTripItAndOnlyThroughTheirBuffers) {
+  const RunResult past = run("smoke", {Fault::out_row_past_end});
+  const CheckResult& g = *past.check(kCheckBufferGuard);
+  ASSERT_FALSE(g.passed);
+  EXPECT_TRUE(has(g, "out (")) << all(g);
+  EXPECT_TRUE(has(g, "past its end (token row 64; the buffer holds rows 0 to 63)")) << all(g);
+  EXPECT_FALSE(has(g, "input")) << all(g);
+  const RunResult in_place = run("smoke", {Fault::inputs_in_place});
+  const CheckResult& h = *in_place.check(kCheckBufferGuard);
+  ASSERT_FALSE(h.passed);
+  EXPECT_TRUE(has(h, "input q ")) << all(h);
+  EXPECT_TRUE(has(h, "input x ")) << all(h);
+  EXPECT_FALSE(has(h, "guard zone")) << all(h);
 }
 
 }  // namespace

@@ -217,7 +217,7 @@ TEST(ReportTable, ShowsEveryFailingStreamAndFinding) {
   // Stream 2 of the failing run: NaN outputs, numeric X.
   const std::string row2 = parts[1].substr(parts[1].find(stream_row(runs[1], 2)));
   EXPECT_EQ(squeeze(row2.substr(0, row2.find('\n')).substr(stream_row(runs[1], 2).size())),
-            "nonfinite inf . . X . . . - - . .");
+            "nonfinite inf . . X . . . - - . . .");
   EXPECT_NE(flat.find("not run no MRoPE in this scenario"), std::string::npos);
   EXPECT_NE(flat.find("worst layer 1 stream 2 out: max_abs nan"), std::string::npos);
   EXPECT_NE(table.find("slot-off-by-one"), std::string::npos);

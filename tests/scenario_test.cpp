@@ -395,7 +395,7 @@ TEST(ScenarioErrors, FileNotFound) {
 
 TEST(ScenarioFaults, TableIsCompleteAndRoundTrips) {
   const auto& faults = all_faults();
-  ASSERT_EQ(faults.size(), 16u);
+  ASSERT_EQ(faults.size(), 18u);
   std::set<std::string> names;
   for (size_t i = 0; i < faults.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(faults[i].fault), i);
@@ -420,6 +420,8 @@ TEST(ScenarioFaults, TableIsCompleteAndRoundTrips) {
   EXPECT_STREQ(fault_info(Fault::gdn_state_race).must_trip, "determinism");
   EXPECT_STREQ(fault_info(Fault::graph_baked_kv_len).must_trip, "graph");
   EXPECT_STREQ(fault_info(Fault::batch_dependent_split).must_trip, "invariance");
+  EXPECT_STREQ(fault_info(Fault::out_row_past_end).must_trip, "buffer_guard");
+  EXPECT_STREQ(fault_info(Fault::inputs_in_place).must_trip, "buffer_guard");
   EXPECT_THROW(parse_fault("kv_lens_max"), InputError);
 }
 

@@ -66,7 +66,7 @@ uint64_t attn_workspace_bytes(const pb_attn_shape& s, uint32_t total_tokens) {
   return round256(T * s.num_q_heads * s.head_dim * 2) + round256(T * s.num_kv_heads * s.head_dim * 2);
 }
 
-void rope(const Options&, const pb_attn_layer_args& a) {
+void rope(const Options& o, const pb_attn_layer_args& a) {
   check_args(a);
   const pb_attn_shape& s = a.shape;
   const pb_batched_attn_metadata& m = a.metadata;
@@ -107,6 +107,8 @@ void rope(const Options&, const pb_attn_layer_args& a) {
     rot(q, q_rot, s.num_q_heads);
     rot(k, k_rot, s.num_kv_heads);
   });
+  // inputs-in-place: the roped q also written over the input q.
+  if (o.inputs_in_place) std::copy_n(q_rot, size_t(T) * s.num_q_heads * D, at<bf16>(a.q.data));
 }
 
 void kv_write(const Options&, const pb_attn_layer_args& a) {
@@ -249,6 +251,9 @@ void attention(const Options& o, const pb_attn_layer_args& a) {
         for (int d = 0; d < D; ++d) dst[d] = to_bf16(O(r, d) / lrow[r]);
       }
   });
+  // out-row-past-end: the last row stored again one row further, past out's end.
+  const size_t row = size_t(Hq) * D;
+  if (o.out_row_past_end && T > 0) std::copy_n(&out[(T - 1) * row], row, &out[T * row]);
 }
 
 }  // namespace pb::host_kernels

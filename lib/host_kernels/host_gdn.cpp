@@ -78,6 +78,9 @@ void conv1d(const Options& o, const pb_ssm_layer_args& a) {
       std::copy(joined.end() - W, joined.end(), st);
     }
   }
+  // inputs-in-place: the activations also written over the input x (after the
+  // conv_state above read it, so this run's state is right).
+  if (o.inputs_in_place) std::copy_n(conv_out, size_t(T) * C, at<bf16>(a.x.data));
 }
 
 void gdn(const Options& o, const pb_ssm_layer_args& a) {
@@ -143,6 +146,9 @@ void gdn(const Options& o, const pb_ssm_layer_args& a) {
     const int grid = o.grid_short_by_one ? std::max(N - 1, 0) : N;
     for_work(grid * Hv, a.schedule, item);
   }
+  // out-row-past-end: the last row stored again one row further, past out's end.
+  const size_t row = size_t(Hv) * dv;
+  if (o.out_row_past_end && T > 0) std::copy_n(&out[(T - 1) * row], row, &out[T * row]);
 }
 
 }  // namespace pb::host_kernels

@@ -68,8 +68,10 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
     else if (v == "grid-short-by-one") o.grid_short_by_one = true;
     else if (v == "graph-baked-kv-len") o.graph_baked_kv_len = true;
     else if (v == "batch-dependent-split") o.batch_dependent_split = true;
+    else if (v == "out-row-past-end") o.out_row_past_end = true;
+    else if (v == "inputs-in-place") o.inputs_in_place = true;
     else {
-      put(msg, msg_len, "pb-host has no fault '" + v + "' (it has causal-off-by-one, conv-state-bleed, gdn-state-race, grid-short-by-one, graph-baked-kv-len, batch-dependent-split)");
+      put(msg, msg_len, "pb-host has no fault '" + v + "' (it has causal-off-by-one, conv-state-bleed, gdn-state-race, grid-short-by-one, graph-baked-kv-len, batch-dependent-split, out-row-past-end, inputs-in-place)");
       return PB_ERR_UNSUPPORTED;
     }
     return PB_OK;
@@ -93,6 +95,8 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
   if (o.grid_short_by_one) d += " fault=grid-short-by-one";
   if (o.graph_baked_kv_len) d += " fault=graph-baked-kv-len";
   if (o.batch_dependent_split) d += " fault=batch-dependent-split";
+  if (o.out_row_past_end) d += " fault=out-row-past-end";
+  if (o.inputs_in_place) d += " fault=inputs-in-place";
   put(buf, buf_len, d);
   return PB_OK;
 }

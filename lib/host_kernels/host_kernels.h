@@ -21,6 +21,8 @@ struct Options {
   bool grid_short_by_one = false;  // attention and gdn: the grid leaves out the last stream
   bool graph_baked_kv_len = false; // attention: kv_len from kv_lens_host (baked in at capture), not the device array
   bool batch_dependent_split = false;  // attention: the key tile follows the batch's total tokens
+  bool out_row_past_end = false;   // attention and gdn: the last output row stored again one row further
+  bool inputs_in_place = false;    // rope: roped q written into q; conv1d: activations written into x
 };
 
 // Thrown inside the library, turned into a pb_status at the ABI boundary.
