@@ -249,7 +249,22 @@ void Backend::reset_layer(int layer) {
 
 pb_workspace Backend::prepare_workspace(LayerBuffers& L, const pb_batched_attn_metadata& m) {
   // The library's workspace, grown when this metadata asks for more, poisoned every run.
-  const uint64_t ws = library_->workspace_bytes(abi_layer_shape(L.kind, shape_), m);
+  const pb_layer_shape shape = abi_layer_shape(L.kind, shape_);
+  const uint64_t ws = library_->workspace_bytes(shape, m);
+  // The contract (docs/KERNEL-ABI.md): the size follows the counts and host copies
+  // alone, so the answer the memory ceiling was held to before the run, asked with no
+  // device array, is the one the run gets.
+  pb_batched_attn_metadata counts_only = m;
+  counts_only.positions_stacked = counts_only.positions_h_stacked = counts_only.positions_w_stacked = 0;
+  counts_only.slot_stacked = counts_only.block_table_ptrs = counts_only.seq_len_ptrs = 0;
+  counts_only.cu_seqlens = counts_only.kv_lens = 0;
+  const uint64_t planned = library_->workspace_bytes(shape, counts_only);
+  if (planned != ws)
+    throw std::runtime_error(fmt::format(
+        "{}: workspace_bytes asks for {} bytes with the metadata's device arrays and {} with every device address 0, "
+        "as before the run: it must size from the counts and host copies alone, so that the memory ceiling holds "
+        "(docs/KERNEL-ABI.md \"Lifetime and call order\")",
+        library_->label(), ws, planned));
   if (ws > L.workspace.bytes || (ws && !L.workspace.at)) {
     if (L.captured.live)
       throw std::runtime_error(fmt::format(
