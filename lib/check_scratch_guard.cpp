@@ -49,13 +49,16 @@ const char* how(bool staged_wrong, bool changed) {
 
 void check_scratch_guard(const Batch& batch, bool mrope, const StagedImage& img,
                          const std::vector<uint8_t>& expected, const std::vector<uint8_t>& scratch,
-                         const std::vector<uint8_t>& arena, int layer, CheckResult& r) {
+                         const std::vector<uint8_t>& arena, int layer, CheckResult& r, const ScratchBefore& before,
+                         const std::string& when) {
   const std::vector<uint8_t>& staged = img.scratch;
+  // A byte that already held this value before the layer was reported there.
+  auto earlier = [](const std::vector<uint8_t>* b, size_t i, uint8_t v) { return b && i < b->size() && (*b)[i] == v; };
   for (const NamedRange& reg : scratch_regions(batch, mrope, expected.size())) {
     size_t first = reg.end, differ = 0;
     bool staged_wrong = false, changed = false;
     for (size_t i = reg.begin; i < reg.end && i < scratch.size() && i < expected.size(); ++i)
-      if (scratch[i] != expected[i]) {
+      if (scratch[i] != expected[i] && !earlier(before.scratch, i, scratch[i])) {
         first = std::min(first, i);
         ++differ;
         const bool uploaded = i < staged.size() && staged[i] == scratch[i];
@@ -64,9 +67,9 @@ void check_scratch_guard(const Batch& batch, bool mrope, const StagedImage& img,
       }
     if (differ)
       r.fail(layer, -1, fmt::format("scratch region '{}' [{}, {}): {} byte(s) differ from the truth, first at "
-                                    "offset {} (expected 0x{:02x}, found 0x{:02x}): {}",
+                                    "offset {} (expected 0x{:02x}, found 0x{:02x}): {}{}",
                                     reg.name, reg.begin, reg.end, differ, first, expected[first],
-                                    scratch[first], how(staged_wrong, changed)));
+                                    scratch[first], how(staged_wrong, changed), when));
   }
   // The arena against the truth's tables, guard entries, canary words and seq_lens.
   const std::vector<uint8_t> want = expected_arena_image(batch);
@@ -78,9 +81,9 @@ void check_scratch_guard(const Batch& batch, bool mrope, const StagedImage& img,
   };
   auto check_word = [&](size_t o, int b, const std::string& what) {
     const int32_t got = word(arena, o), expect = word(want, o);
-    if (got == expect) return;
-    r.fail(layer, b, fmt::format("stream {} {} holds {}, expected {}: {}", b, what, got, expect,
-                                 how(word(img.arena, o) == got, word(img.arena, o) != got)));
+    if (got == expect || (before.arena && o + 4 <= before.arena->size() && word(*before.arena, o) == got)) return;
+    r.fail(layer, b, fmt::format("stream {} {} holds {}, expected {}: {}{}", b, what, got, expect,
+                                 how(word(img.arena, o) == got, word(img.arena, o) != got), when));
   };
   for (int b = 0; b < batch.num_streams; ++b) {
     const size_t at = ta.table_offset[b], n = batch.streams[b].blocks.size();

@@ -34,10 +34,17 @@ void check_metadata(const Batch& batch, const BatchedAttnMetadata& meta, const s
 // h_state_ptrs at off + true staged_bytes) and the table arena equals the truth's
 // (expected_arena_image); names the region whose bytes differ and whether the
 // staged image (`img`) already held them (staged wrong) or the layer changed them.
+// `before`: the scratch and arena as read back before the layer's first run (null:
+// not known); a byte that held the same value then was changed by an earlier layer
+// and reported there. `when` is appended to each finding.
+struct ScratchBefore {
+  const std::vector<uint8_t>* scratch = nullptr;
+  const std::vector<uint8_t>* arena = nullptr;
+};
 void check_scratch_guard(const Batch& batch, bool mrope, const StagedImage& img,
                          const std::vector<uint8_t>& expected_scratch,
                          const std::vector<uint8_t>& scratch, const std::vector<uint8_t>& arena,
-                         int layer, CheckResult& r);
+                         int layer, CheckResult& r, const ScratchBefore& before = {}, const std::string& when = "");
 
 // buffer_guard: after a layer's runs, its read-only inputs (`now`, read back)
 // equal the truth bit for bit, the metadata's host copies the library was given
@@ -75,7 +82,8 @@ void check_gdn(const Batch& batch, const LayerShape& shape, int layer, const Gdn
                const LayerOutputs& out, const Tolerance& tol, CheckResult& numeric,
                CheckResult& state);
 // determinism: two runs of one layer are bit-identical.
-void check_determinism(int layer, const LayerOutputs& first, const LayerOutputs& again,
-                       CheckResult& r);
+// `which` names the two runs in the findings.
+void check_determinism(int layer, const LayerOutputs& first, const LayerOutputs& again, CheckResult& r,
+                       const std::string& which = "between two runs");
 
 }  // namespace pb

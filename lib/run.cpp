@@ -295,6 +295,8 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   std::vector<uint8_t> expected_scratch =
       expected_scratch_image(batch, mrope, true_plan.capacity, backend->arena_base());
   const size_t true_h = true_plan.h_state_ptrs;
+  const bool guard_scratch = !opt.profile && on(kCheckScratchGuard);
+  std::vector<uint8_t> scratch_seen, arena_seen;  // at the last scratch_guard check
   // invariance: each layer's co-batched outputs per stream, and the layers not run.
   std::vector<std::vector<StreamOutputs>> cobatched(s.layers.size());
   std::vector<bool> skipped(s.layers.size(), false);
@@ -341,12 +343,30 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     };
     // The outputs every check reads (the first eager run's, or the first replay's
     // under --graph), their checksum, and the scratch guard right after that run.
+    // scratch_guard reads scratch and the arena after the checked run and after the
+    // layer's last run; each check leaves out bytes that held the same value at the
+    // check before it (an earlier layer's, or the checked run's), so a write is named
+    // once, at the layer and run that made it. Before the first layer nothing is left
+    // out: a field staged wrong is named there.
+    auto guard_scratch_since = [&](const std::string& when) {
+      std::vector<uint8_t> scratch_now = backend->read_scratch(), arena_now = backend->read_arena();
+      check_scratch_guard(batch, mrope, img, expected_scratch, scratch_now, arena_now, layer,
+                          checks[kCheckScratchGuard], {&scratch_seen, &arena_seen}, when);
+      scratch_seen = std::move(scratch_now);
+      arena_seen = std::move(arena_now);
+    };
     auto keep_first = [&] {
       first = backend->read_layer(layer);
       res.output_checksums.push_back(fmt::format("{:016x}", outputs_checksum(first)));
-      if (on(kCheckScratchGuard))
-        check_scratch_guard(batch, mrope, img, expected_scratch, backend->read_scratch(), backend->read_arena(),
-                            layer, checks[kCheckScratchGuard]);
+      if (guard_scratch) guard_scratch_since("");
+    };
+    // determinism also holds the layer's last timed run (or replay) to the checked
+    // run's bits, read back after the timing ends, so a kernel that computes
+    // otherwise on timed runs shows without a read-back between timed runs.
+    auto last_run_same = [&](const std::string& last) {
+      if (!opt.profile && determinism)
+        check_determinism(layer, first, backend->read_layer(layer), checks[kCheckDeterminism],
+                          "between the checked run and " + last);
     };
     for (; loop.more(); ++rep) {
       progress.say(fmt::format("layer {}/{} run {}{}", layer + 1, s.layers.size(), rep + 1,
@@ -356,6 +376,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       if (opt.profile || rep != 0 || graph) continue;  // under --graph the checks read the replay
       keep_first();
     }
+    if (!graph && rep > 1) last_run_same(fmt::format("the last timed run (run {} of the layer)", rep));
     if (graph) {
       // Capture once (prepare on batch 1 first), then replay under the same timing
       // policy: the checks read the first replay; each replay is timed as the whole
@@ -365,13 +386,15 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       backend->capture_layer(layer, kernel_meta, h_ptrs);
       captured[l] = true;
       SampleLoop replays(res.timing);
-      for (int r = 0; replays.more(); ++r) {
+      int r = 0;
+      for (; replays.more(); ++r) {
         progress.say(fmt::format("layer {}/{} graph replay {}", layer + 1, s.layers.size(), r + 1));
         reset();
         replays.record({{"graph_replay", backend->replay_layer(layer, kernel_meta, h_ptrs)}});
         watch_guards();
         if (r == 0) keep_first();
       }
+      if (r > 1) last_run_same(fmt::format("the last replay (replay {})", r));
       for (KernelTiming& t : replays.summaries(layer)) {
         // The layer's work: the sum of its kernels' counts.
         for (const char* k : attn ? std::vector<const char*>{"rope", "kv_write", "attention"}
@@ -397,8 +420,10 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     if (!opt.profile && determinism) {
       run_once(1);
       watch_guards();
-      check_determinism(layer, first, backend->read_layer(layer), checks[kCheckDeterminism]);
+      check_determinism(layer, first, backend->read_layer(layer), checks[kCheckDeterminism],
+                        "between the checked run and the rerun in another work order");
     }
+    if (guard_scratch) guard_scratch_since(" (on a run after the checked one)");
     // After every run of the layer (warm-ups, timed, replays, the rerun): its inputs
     // as uploaded, nothing written outside its buffers.
     if (!opt.profile && on(kCheckBufferGuard))

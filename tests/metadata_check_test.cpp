@@ -209,6 +209,24 @@ TEST(ScratchGuardExpectation, ValueStagedWrongIsAFindingThatSaysSo) {
   CheckResult c;
   check_scratch_guard(clean.batch, false, clean.img, expected, hit, clean.img.arena, 1, c);
   EXPECT_TRUE(has(c, "changed by the layer")) << all(c);
+
+  // Read against the scratch as it was at the check before: a byte that already
+  // held its value then (an earlier layer's write, reported there) is left out, a
+  // new one is named with when it happened.
+  CheckResult again;
+  check_scratch_guard(clean.batch, false, clean.img, expected, hit, clean.img.arena, 2, again, {&hit, &clean.img.arena});
+  EXPECT_TRUE(again.passed) << all(again);
+  std::vector<uint8_t> later = hit;
+  later[clean.img.meta.cu_seqlens - kScratchBase + 4] ^= 1;
+  std::vector<uint8_t> arena = clean.img.arena;
+  arena[0] ^= 1;
+  CheckResult d;
+  check_scratch_guard(clean.batch, false, clean.img, expected, later, arena, 2, d, {&hit, &clean.img.arena},
+                      " (on a run after the checked one)");
+  EXPECT_EQ(d.finding_count, 2) << all(d);
+  EXPECT_TRUE(has(d, "scratch region 'cu_seqlens'")) << all(d);
+  EXPECT_FALSE(has(d, "scratch region 'kv_lens'")) << all(d);
+  EXPECT_TRUE(has(d, "changed by the layer (on a run after the checked one)")) << all(d);
 }
 
 }  // namespace
