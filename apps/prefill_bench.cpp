@@ -39,7 +39,8 @@ constexpr int kMaxRefSample = 1 << 20;  // rows per stream and head: more than a
 
 constexpr const char* kExitCodesHelp =
     "Exit codes (every subcommand): 0 all requested checks ran and passed (a --profile run that\n"
-    "completed: 0, its verdict is 'not checked'); 1 a check failed, or compare found a regression;\n"
+    "completed: 0, its verdict is 'not checked'); 1 a check failed, compare found a regression, or\n"
+    "the kernel library under test failed (an entry's error status, a broken contract);\n"
     "2 bad input, usage or I/O (found before anything runs); 3 internal error.";
 
 // Every problem of an input error, one per line.
@@ -298,6 +299,9 @@ int main(int argc, char** argv) {
   } catch (const pb::InputError& e) {
     print_problems(e);
     return kExitBadInput;
+  } catch (const pb::KernelFailure& e) {  // the library under test, asked before any run
+    fmt::print(stderr, "kernel library failed: {}\n", e.what());
+    return kExitFail;
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "internal error: out of memory (std::bad_alloc)\n");
     return pb::kExitInternal;

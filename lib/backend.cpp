@@ -260,14 +260,14 @@ pb_workspace Backend::prepare_workspace(LayerBuffers& L, const pb_batched_attn_m
   counts_only.cu_seqlens = counts_only.kv_lens = 0;
   const uint64_t planned = library_->workspace_bytes(shape, counts_only);
   if (planned != ws)
-    throw std::runtime_error(fmt::format(
+    throw KernelFailure(fmt::format(
         "{}: workspace_bytes asks for {} bytes with the metadata's device arrays and {} with every device address 0, "
         "as before the run: it must size from the counts and host copies alone, so that the memory ceiling holds "
         "(docs/KERNEL-ABI.md \"Lifetime and call order\")",
         library_->label(), ws, planned));
   if (ws > L.workspace.bytes || (ws && !L.workspace.at)) {
     if (L.captured.live)
-      throw std::runtime_error(fmt::format(
+      throw KernelFailure(fmt::format(
           "{}: workspace_bytes asks for {} bytes on this batch, more than the {} the layer was captured with; "
           "a graph-safe library (PB_CAP_GRAPH) must ask the same for every batch of a bucket",
           library_->label(), ws, L.workspace.bytes));
@@ -316,6 +316,17 @@ pb_ssm_layer_args Backend::ssm_args(const LayerBuffers& L, const pb_batched_attn
   a.out = tensor(L.out.at, PB_DTYPE_BF16, {int64_t(T), Hv, shape_.v_dim});
   a.workspace = ws;
   return a;
+}
+
+void Backend::library_synchronize(const char* what) {
+  try {
+    memory_->synchronize(what);
+  } catch (const std::runtime_error& e) {
+    // A device error surfacing after the library's entries is the library's (its
+    // kernels ran last on the stream), not the harness's.
+    throw KernelFailure(fmt::format("kernel library {}: the device reported an error after its entries: {}",
+                                    library_->label(), e.what()));
+  }
 }
 
 void Backend::prepare(const LayerBuffers& L, const pb_attn_layer_args& a, const pb_ssm_layer_args& s) {
@@ -379,7 +390,7 @@ std::vector<KernelTime> Backend::run_layer(int layer, const BatchedAttnMetadata&
   };
   prepare(L, a, sa);
   entries(L, a, sa, msg, sizeof msg, timed);
-  memory_->synchronize(attn ? "attention layer" : "ssm layer");
+  library_synchronize(attn ? "attention layer" : "ssm layer");
   for (KernelTime& k : times) {
     const int from = static_cast<int>(k.ms);
     k.ms = memory_->elapsed_ms(from, from + 1);
@@ -402,7 +413,7 @@ void Backend::capture_layer(int layer, const BatchedAttnMetadata& meta, uint64_t
   if (attn) c.attn = attn_args(L, m, workspace, 0);
   else c.ssm = ssm_args(L, m, workspace, h_state_ptrs, 0);
   prepare(L, c.attn, c.ssm);
-  memory_->synchronize("prepare before capture");
+  library_synchronize("prepare before capture");
   char msg[kMsgLen] = "";
   auto call = [&](const char* name, auto&& fn) {
     msg[0] = '\0';
@@ -446,7 +457,7 @@ double Backend::replay_layer(int layer, const BatchedAttnMetadata& meta, uint64_
   if (c.graph >= 0) memory_->graph_launch(c.graph);
   else entries(L, c.attn, c.ssm, msg, sizeof msg, call);  // host: the recorded struct, called again
   memory_->mark(1);
-  memory_->synchronize(attn ? "attention layer graph replay" : "ssm layer graph replay");
+  library_synchronize(attn ? "attention layer graph replay" : "ssm layer graph replay");
   return memory_->elapsed_ms(0, 1);
 }
 

@@ -146,6 +146,9 @@ class Backend {
                                uint32_t schedule) const;
   pb_ssm_layer_args ssm_args(const LayerBuffers& L, const pb_batched_attn_metadata& m, pb_workspace ws,
                              uint64_t h_state_ptrs, uint32_t schedule) const;
+  // Waits for the stream after the library's entries; a device error there is the
+  // library's failure (KernelFailure).
+  void library_synchronize(const char* what);
   // prepare_* (when the library has it) with these args, untimed.
   void prepare(const LayerBuffers& L, const pb_attn_layer_args& a, const pb_ssm_layer_args& s);
   // The layer's timed entries on these args, each as `each(name, call)` runs it.

@@ -12,19 +12,39 @@ namespace pb {
 namespace {
 
 template <typename T>
-long long count_diff(const std::vector<T>& a, const std::vector<T>& b) {
+long long count_diff(const std::vector<T>& a, const std::vector<T>& b, size_t* first = nullptr) {
   if (a.size() != b.size()) return static_cast<long long>(std::max(a.size(), b.size()));
   long long n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0 && n++ == 0 && first) *first = i;
   return n;
 }
 
 }  // namespace
 
 void check_determinism(int layer, const LayerOutputs& first, const LayerOutputs& again, CheckResult& r,
-                       const std::string& which) {
+                       const std::string& which, const Batch* batch) {
+  // out [T, ...]: the first differing element's token row and stream, with both values.
+  size_t at = 0;
+  if (const long long n = count_diff(first.out, again.out, &at)) {
+    const size_t T = batch ? static_cast<size_t>(batch->total_tokens) : 0;
+    const size_t row_elems = T && first.out.size() % T == 0 ? first.out.size() / T : 0;
+    int stream = -1;
+    std::string where = fmt::format("element {}", at);
+    if (row_elems && n <= static_cast<long long>(first.out.size())) {
+      const size_t row = at / row_elems;
+      for (int b = 0; b < batch->num_streams; ++b)
+        if (row >= size_t(batch->streams[b].row_begin) && row < size_t(batch->streams[b].row_begin + batch->streams[b].count))
+          stream = b;
+      where = fmt::format("token row {}{} element {}", row, stream >= 0 ? fmt::format(" (stream {})", stream) : "",
+                          at % row_elems);
+    }
+    const std::string values = at < first.out.size() && at < again.out.size()
+                                    ? fmt::format(": 0x{:04x} then 0x{:04x}", first.out[at].bits, again.out[at].bits)
+                                    : "";
+    r.fail(layer, stream, fmt::format("out: {} element(s) differ {}; the first at {}{}", n, which, where, values));
+  }
   const struct { const char* what; long long n; } parts[] = {
-      {"out", count_diff(first.out, again.out)},
       {"k_cache", count_diff(first.k_cache, again.k_cache)},
       {"v_cache", count_diff(first.v_cache, again.v_cache)},
       {"conv_state", count_diff(first.conv_state, again.conv_state)},

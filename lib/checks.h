@@ -82,8 +82,9 @@ void check_gdn(const Batch& batch, const LayerShape& shape, int layer, const Gdn
                const LayerOutputs& out, const Tolerance& tol, CheckResult& numeric,
                CheckResult& state);
 // determinism: two runs of one layer are bit-identical.
-// `which` names the two runs in the findings.
+// `which` names the two runs in the findings; with `batch`, out's first differing
+// element is named with its token row and stream.
 void check_determinism(int layer, const LayerOutputs& first, const LayerOutputs& again, CheckResult& r,
-                       const std::string& which = "between two runs");
+                       const std::string& which = "between two runs", const Batch* batch = nullptr);
 
 }  // namespace pb

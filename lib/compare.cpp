@@ -260,6 +260,7 @@ RunResult read_run(const DocReader& rd, const json& r, const std::string& w) {
   }
   out.wall_s = rd.real(r, w, "wall_s");
   out.error = rd.str(r, w, "error");
+  out.kernel_failed = r.contains("error_source") && rd.str(r, w, "error_source") == "kernel_library";
   return out;
 }
 

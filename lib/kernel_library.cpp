@@ -175,7 +175,7 @@ std::string KernelLibrary::precision(const pb_layer_shape& shape, const char* ke
 
 void KernelLibrary::check(pb_status st, const char* what, const char* msg) const {
   if (st == PB_OK) return;
-  throw std::runtime_error(fmt::format("kernel library {}: {} returned {}: {}", label(), what, status_name(st),
+  throw KernelFailure(fmt::format("kernel library {}: {} returned {}: {}", label(), what, status_name(st),
                                        msg && *msg ? msg : "(no message)"));
 }
 

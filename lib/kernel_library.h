@@ -7,12 +7,21 @@
 // from init() to destruction.
 #pragma once
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "prefill_bench/kernel_abi.h"
 
 namespace pb {
+
+// The kernel library under test failed while it ran: an entry returned an error
+// status, or it broke the contract (docs/KERNEL-ABI.md). The run stops and fails
+// (exit 1): the library is what is being judged, not the harness (exit 3).
+class KernelFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // What the reports record about the library a run used.
 struct KernelLibraryInfo {
@@ -57,7 +66,7 @@ class KernelLibrary {
   // The arithmetic the library declares for `kernel` at this shape (its optional
   // `precision` entry); "fp32" when it has none.
   std::string precision(const pb_layer_shape& shape, const char* kernel) const;
-  // Throws std::runtime_error "<library>: <what>: <status>: <message>" unless st is PB_OK.
+  // Throws KernelFailure "<library>: <what>: <status>: <message>" unless st is PB_OK.
   void check(pb_status st, const char* what, const char* msg) const;
 
  private:

@@ -177,6 +177,7 @@ json run_json(const RunResult& r) {
           {"clocks", {{"before", clocks_json(r.clocks_before)}, {"after", clocks_json(r.clocks_after)}}},
           {"wall_s", real(r.wall_s)},
           {"error", r.error},
+          {"error_source", r.error.empty() ? "" : r.kernel_failed ? "kernel_library" : "harness"},
           {"verdict", verdict_name(verdict(r))},
           {"passed", r.passed()}};
   if (!r.library.name.empty()) {  // a run made through a kernel library (every run of the tool)

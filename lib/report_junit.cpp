@@ -1,7 +1,8 @@
 // report_junit.cpp: JUnit XML (report_junit.h). Counts on <testsuites> and each
 // <testsuite> equal their children: tests = checks, failures = checks that ran
 // and failed, skipped = checks that did not run, errors = runs that stopped on an
-// internal error (one <error> testcase "run" each; bad input never reaches a report).
+// internal error (one <error> testcase "run" each; bad input never reaches a report);
+// a run the kernel library stopped (KernelFailure) is a <failure> testcase "run".
 #include "report_junit.h"
 
 #include <unistd.h>
@@ -180,7 +181,11 @@ std::string junit_xml(const std::vector<RunResult>& runs, const JunitOptions& op
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunResult& r = runs[i];
     long long t = 0, f = 0, s = 0;
-    const long long e = r.error.empty() ? 0 : 1;  // the run stopped on an error: one <error> testcase
+    // The run stopped on an error: one testcase "run", a <failure> when the kernel
+    // library failed, an <error> when the harness did.
+    const bool stopped = !r.error.empty();
+    const long long e = stopped && !r.kernel_failed ? 1 : 0;
+    const long long kf = stopped && r.kernel_failed ? 1 : 0;
     for (const CheckResult& c : r.checks) {
       ++t;
       if (!c.ran) ++s;
@@ -188,7 +193,8 @@ std::string junit_xml(const std::vector<RunResult>& runs, const JunitOptions& op
     }
     t += static_cast<long long>(r.skipped_layers.size());  // each a failed testcase: never checked
     f += static_cast<long long>(r.skipped_layers.size());
-    t += e;
+    t += e + kf;
+    f += kf;
     tests += t, failures += f, skipped += s, errors += e;
     if (std::isfinite(r.wall_s) && r.wall_s > 0) time += r.wall_s;
     suites += fmt::format(
@@ -215,11 +221,14 @@ std::string junit_xml(const std::vector<RunResult>& runs, const JunitOptions& op
     property(suites, "kernels.schedule", r.library.schedule ? "true" : "false");
     suites += "    </properties>\n";
     for (const CheckResult& c : r.checks) testcase(suites, r, c);
-    if (e)
+    if (stopped) {
+      const char* tag = r.kernel_failed ? "failure" : "error";
       suites += fmt::format(
           "    <testcase classname=\"{}\" name=\"run\" time=\"0.000\">\n"
-          "      <error message=\"{}\" type=\"error\">{}</error>\n    </testcase>\n",
-          attr("prefill-bench." + r.scenario_name), attr(shorten(r.error, kMessageChars)), text(r.error));
+          "      <{} message=\"{}\" type=\"{}\">{}</{}>\n    </testcase>\n",
+          attr("prefill-bench." + r.scenario_name), tag, attr(shorten(r.error, kMessageChars)),
+          r.kernel_failed ? "kernel_library" : "error", text(r.error), tag);
+    }
     for (const SkippedLayer& sl : r.skipped_layers) {
       const std::string msg = fmt::format("layer {} skipped by {}: {}", sl.layer, r.library.name, sl.why);
       suites += fmt::format("    <testcase classname=\"{}\" name=\"layer{}.kernels\" time=\"0.000\">\n"

@@ -375,7 +375,9 @@ void header(std::string& out, const RunResult& r, const Painter& paint) {
   if (!faults.empty()) info.push_back("injected: " + faults);
   wrapped_items(out, "      ", 6, info, "  ", 6);
   kernel_library(out, r, paint);
-  if (v == Verdict::error) wrapped(out, "      error: ", 13, r.error, 8);
+  if (!r.error.empty())
+    wrapped(out, r.kernel_failed ? "      kernel library failed: " : "      error: ", r.kernel_failed ? 29 : 13,
+            r.error, 8);
   if (v == Verdict::not_checked)
     wrapped(out, "      ", 6,
             requested_check_not_run(r)

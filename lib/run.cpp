@@ -366,7 +366,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
     auto last_run_same = [&](const std::string& last) {
       if (!opt.profile && determinism)
         check_determinism(layer, first, backend->read_layer(layer), checks[kCheckDeterminism],
-                          "between the checked run and " + last);
+                          "between the checked run and " + last, &batch);
     };
     for (; loop.more(); ++rep) {
       progress.say(fmt::format("layer {}/{} run {}{}", layer + 1, s.layers.size(), rep + 1,
@@ -421,7 +421,7 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
       run_once(1);
       watch_guards();
       check_determinism(layer, first, backend->read_layer(layer), checks[kCheckDeterminism],
-                        "between the checked run and the rerun in another work order");
+                        "between the checked run and the rerun in another work order", &batch);
     }
     if (guard_scratch) guard_scratch_since(" (on a run after the checked one)");
     // After every run of the layer (warm-ups, timed, replays, the rerun): its inputs

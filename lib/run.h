@@ -79,9 +79,12 @@ struct RunResult {
   ClockSnapshot clocks_before, clocks_after;
   GraphRun graph;
   double wall_s = 0;
-  // Set when the run stopped on an error before its checks ended (an internal
-  // error, out of memory): the verdict is then "error" (verdict.h).
+  // Set when the run stopped on an error before its checks ended: the verdict is
+  // then "failed" when the kernel library failed (KernelFailure: an entry returned
+  // an error, or it broke the contract), else "error" (an internal error, out of
+  // memory; verdict.h).
   std::string error;
+  bool kernel_failed = false;
   bool passed() const;  // verdict(*this) == Verdict::passed
   const CheckResult* check(const std::string& name) const;
 };

@@ -33,6 +33,12 @@ SuiteResult run_suite(const std::vector<Scenario>& scenarios, const RunOptions& 
       if (out.runs.empty()) throw;  // nothing ran yet (e.g. --backend cuda without a device)
       out.runs.push_back(error_entry(s, opt, e.what()));
       out.stop_code = kExitBadInput;
+    } catch (const KernelFailure& e) {
+      // The library under test failed: this run fails. The suite stops, since a
+      // device library's failure can leave its CUDA context unusable.
+      out.runs.push_back(error_entry(s, opt, e.what()));
+      out.runs.back().kernel_failed = true;
+      out.stop_code = kExitFailed;
     } catch (const std::bad_alloc&) {
       out.runs.push_back(error_entry(s, opt, "out of memory (std::bad_alloc)"));
       out.stop_code = kExitInternal;
@@ -41,8 +47,11 @@ SuiteResult run_suite(const std::vector<Scenario>& scenarios, const RunOptions& 
       out.stop_code = kExitInternal;
     }
     if (out.stop_code) {
-      fmt::print(stderr, "{}: {}: {}\n", out.stop_code == kExitInternal ? "internal error" : "error", s.path,
-                 out.runs.back().error);
+      fmt::print(stderr, "{}: {}: {}\n",
+                 out.stop_code == kExitInternal ? "internal error"
+                 : out.runs.back().kernel_failed ? "kernel library failed (the suite stops here)"
+                                                 : "error",
+                 s.path, out.runs.back().error);
       break;
     }
   }

@@ -6,7 +6,7 @@
 namespace pb {
 
 Verdict verdict(const RunResult& r) {
-  if (!r.error.empty()) return Verdict::error;
+  if (!r.error.empty()) return r.kernel_failed ? Verdict::failed : Verdict::error;
   // A layer the kernel library does not support was skipped: the checks the
   // scenario asked for could not see it, so the run is never passed.
   if (!r.skipped_layers.empty()) return Verdict::failed;

@@ -40,6 +40,21 @@ TEST(Determinism, FailsOnAMovingResultAndNamesIt) {
   EXPECT_NE(r.findings[1].message.find("stream 0 h_state"), std::string::npos);
 }
 
+TEST(Determinism, NamesTheFirstMovingOutputRowAndItsStream) {
+  Batch b;
+  b.num_streams = 2;
+  b.total_tokens = 2;  // out [T 2, 1]: one element a token
+  b.streams.resize(2);
+  b.streams[1].row_begin = 1;
+  b.streams[0].count = b.streams[1].count = 1;
+  CheckResult r;
+  check_determinism(0, outputs(2.0f), outputs(2.015625f), r, "between the checked run and the rerun", &b);
+  ASSERT_FALSE(r.passed);
+  EXPECT_EQ(r.findings[0].stream, 1);
+  EXPECT_EQ(r.findings[0].message, "out: 1 element(s) differ between the checked run and the rerun; the first at "
+                                   "token row 1 (stream 1) element 0: 0x4000 then 0x4001");
+}
+
 TEST(NumericRule, LimitIsFactorTimesLowPrecisionDriftPlusAtol) {
   DiffStats d;
   d.add(1.01, 1.0, 1.004);  // backend off by 0.01, same-precision reference by 0.004

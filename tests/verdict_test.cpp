@@ -63,6 +63,18 @@ TEST(Verdict, SuiteAndExitCode) {
   EXPECT_EQ(exit_code({none}), kExitOk);  // a profile run did what was asked
   EXPECT_EQ(exit_code({pass, fail}), kExitFailed);
   EXPECT_EQ(exit_code({fail, err}), kExitInternal);
+  // A run the kernel library stopped (an entry's error status, a broken contract)
+  // failed: the library is what is judged, not the harness.
+  RunResult lib = pass;
+  lib.error = "kernel library x: attention returned PB_ERR_DEVICE: illegal address";
+  lib.kernel_failed = true;
+  EXPECT_EQ(verdict(lib), Verdict::failed);
+  EXPECT_EQ(verdict(std::vector<RunResult>{pass, lib}), Verdict::failed);
+  EXPECT_EQ(exit_code({pass, lib}), kExitFailed);
+  EXPECT_EQ(exit_code({lib, err}), kExitInternal);
+  EXPECT_EQ(report_json({lib}).at("runs")[0].at("error_source"), "kernel_library");
+  EXPECT_EQ(report_json({err}).at("runs")[0].at("error_source"), "harness");
+  EXPECT_EQ(report_json({pass}).at("runs")[0].at("error_source"), "");
   // The JSON says the same: passed only for the verdict passed.
   const nlohmann::json j = report_json({pass, none});
   EXPECT_EQ(j.at("verdict"), "not_checked");
