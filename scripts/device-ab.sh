@@ -9,7 +9,8 @@
 # Usage, on the GPU machine from the repo root:
 #   PB_A=lib_a.so PB_B=lib_b.so scripts/device-ab.sh SCENARIO.yaml...
 # Knobs: PB_A, PB_B (required); PB_AB_ARGS (extra `run` arguments for both, e.g.
-# "--impl gdn=split"); PB_BUDGET (seconds; no new scenario starts after it, default 480);
+# "--impl gdn=split"); PB_BUDGET (seconds; no scenario starts after it, and the table lists
+# it as 0 of 4 runs; default 480);
 # PB_BUNDLE, PB_BACKEND, PB_RUN_TIMEOUT, OUT as in device-lib.sh. Files in ${OUT:-results}/:
 # summary.txt (the table last), ab.txt (every run's log), json/ (the reports).
 # Local dry run without a GPU: PB_BACKEND=host PB_A=build/libpb_kernels_host.so
@@ -23,9 +24,11 @@ echo "A = $PB_A, B = $PB_B, extra args: ${PB_AB_ARGS:-none}" >> "$S"
 jd="$O/json"
 mkdir -p "$jd"
 read -r -a extra <<< "${PB_AB_ARGS:-}"
+names=()
 for f in "$@"; do
-  [ "$(el)" -gt "${PB_BUDGET:-480}" ] && { echo "budget: stopped before $f" >> "$S"; break; }
   name=$(basename "$f" .yaml)
+  names+=("$name")
+  [ "$(el)" -gt "${PB_BUDGET:-480}" ] && { echo "budget: skipped $f" >> "$S"; continue; }
   i=0
   for side in A B B A; do
     lib=$PB_A
@@ -34,12 +37,10 @@ for f in "$@"; do
     i=$((i + 1))
   done
 done
-names=()
-for f in "$@"; do names+=("$(basename "$f" .yaml)"); done
 python3 - "$jd" "${names[@]}" <<'PY' >> "$S"
 import collections, glob, json, os, sys
 runs = collections.OrderedDict((n, []) for n in sys.argv[2:])  # scenario -> [(side, report run 0)]
-for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.json")), key=os.path.getmtime):
+for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):  # NAME.RUN.SIDE.json: run order
     name, _, side = os.path.basename(p)[:-5].rsplit(".", 2)
     try:
         r = json.load(open(p))["runs"][0]
@@ -50,7 +51,8 @@ print("scenario, kernel entry: medians ms A / A and B / B (run order A B B A); p
 for name, rs in runs.items():
     ok = [r for _, r in rs if r]
     complete = len(ok) == 4  # a run that wrote no report (exit 2, 3, a timeout) leaves fewer
-    same = complete and all(r.get("output_checksums") == ok[0].get("output_checksums") for r in ok)
+    same = complete and bool(ok[0].get("output_checksums")) and all(
+        r.get("output_checksums") == ok[0].get("output_checksums") for r in ok)
     passed = complete and all(r.get("passed") for r in ok)
     if not complete: print(f"{name}: {len(ok)} of 4 runs left a report (see ab.txt)")
     keys = []
