@@ -136,7 +136,8 @@ Batch generate_batch(const Scenario& s, const std::vector<StreamSpec>& specs, ui
 
   // Layer tensors, one Rng per layer (purpose kRngTensors * 1000 + layer), drawn
   // in this order. attn: q, k, v (uniform [-1, 1)), then per stream prior_k,
-  // prior_v. gdn: x ([-1, 1)), conv_w ([-0.5, 0.5)), g = -(0.01 + 0.3u),
+  // prior_v. gdn: x ([-1, 1)), conv_w ([-0.5, 0.5)), g = -(a + b u) with
+  // a = -g_range[1], b = g_range[1] - g_range[0] (default -(0.01 + 0.3u)),
   // beta = 0.05 + 0.9u, then per stream with chunk_start > 0: h0 ([-0.5, 0.5)),
   // conv0 ([-1, 1); entries before the sequence start are 0).
   const int T = batch.total_tokens;
@@ -166,7 +167,9 @@ Batch generate_batch(const Scenario& s, const std::vector<StreamSpec>& specs, ui
       fill_bf16(rng, d.x, T * C, -1.f, 1.f);
       fill_bf16(rng, d.conv_w, C * g.d_conv, -0.5f, 0.5f);
       d.g.resize(static_cast<size_t>(T) * g.num_v_heads);
-      for (float& x : d.g) x = -(0.01f + 0.3f * rng.uniform01());
+      const float ga = static_cast<float>(-g.g_range[1]);
+      const float gb = static_cast<float>(g.g_range[1] - g.g_range[0]);
+      for (float& x : d.g) x = -(ga + gb * rng.uniform01());
       d.beta.resize(d.g.size());
       for (float& x : d.beta) x = 0.05f + 0.9f * rng.uniform01();
       d.h0.assign(batch.num_streams, std::vector<float>(state, 0.f));

@@ -30,6 +30,10 @@ struct GdnSpec {
   int k_dim = 0;
   int v_dim = 0;
   int d_conv = 0;        // conv1d kernel width, >= 2
+  // The generator draws each token's log-decay g uniformly in [g_range[0], g_range[1]]
+  // (-100 <= g_range[0] <= g_range[1] <= 0). The default forgets within ~30 tokens;
+  // e.g. [-0.005, -0.0005] keeps a state over thousands (long-memory heads).
+  double g_range[2] = {-0.31, -0.01};
   int conv_dim() const { return 2 * num_k_heads * k_dim + num_v_heads * v_dim; }
 };
 

@@ -235,6 +235,12 @@ class Reader {
     return x;
   }
 
+  static std::string shortest(double x) {
+    std::ostringstream o;
+    o << x;  // -100, 0.5: no trailing zeros
+    return o.str();
+  }
+
   // A finite number, > lo (strict) or >= lo.
   double number(const YAML::Node& v, const std::string& path, Mark mark, double lo, bool strict) {
     const Mark at = value_mark(v, mark);
@@ -250,7 +256,7 @@ class Reader {
     if (!ok) fail(at, path, "expected a number, found " + found(v));
     if (strict ? !(x > lo) : !(x >= lo)) {
       std::string want = lo == 0 ? (strict ? "a positive number" : "a non-negative number")
-                                 : std::string(strict ? "a number > " : "a number >= ") + std::to_string(lo);
+                                 : std::string(strict ? "a number > " : "a number >= ") + shortest(lo);
       fail(at, path, "expected " + want + ", found " + v.Scalar());
     }
     return x;
@@ -304,6 +310,8 @@ class Reader {
  private:
   void read_model(const YAML::Node& v, Mark mark);
   void read_gdn(const MapView& model);
+  void read_range(const MapView& m, const std::string& key, double lo_bound, double hi_bound,
+                  const std::string& hi_why, double out[2]);
   void read_layers(const YAML::Node& v, Mark mark);
   void read_streams(const YAML::Node& v, Mark mark);
   StreamSpec read_stream(const MapView& m);
@@ -464,19 +472,41 @@ void Reader::read_model(const YAML::Node& v, Mark mark) {
 
 void Reader::read_gdn(const MapView& m) {
   const MapView g = map(m.find("gdn")->first, "model.gdn", mark_of(m, "gdn"),
-                        {"num_k_heads", "num_v_heads", "k_dim", "v_dim", "d_conv"});
+                        {"num_k_heads", "num_v_heads", "k_dim", "v_dim", "d_conv", "g_range"});
   GdnSpec& gd = s_.model.gdn;
   bool ok = guard([&] { gd.num_k_heads = int(int_at(g, "num_k_heads", 1, kMaxHeads)); });
   ok &= guard([&] { gd.num_v_heads = int(int_at(g, "num_v_heads", 1, kMaxHeads)); });
   ok &= guard([&] { gd.k_dim = int(int_at(g, "k_dim", 1, kMaxDim)); });
   ok &= guard([&] { gd.v_dim = int(int_at(g, "v_dim", 1, kMaxDim)); });
   ok &= guard([&] { gd.d_conv = int(int_at(g, "d_conv", 2, 8)); });
+  if (g.has("g_range")) guard([&] { read_range(g, "g_range", -100, 0, " (g is a log-decay)", gd.g_range); });
   if (ok && gd.num_v_heads % gd.num_k_heads != 0)
     fail(mark_of(g, "num_v_heads"), "model.gdn.num_v_heads",
          "num_v_heads " + std::to_string(gd.num_v_heads) + " is not a multiple of num_k_heads " +
              std::to_string(gd.num_k_heads));
   // present even when a field failed: a gdn layer then does not also report model.gdn missing
   gd.present = true;
+}
+
+// key: [lo, hi] with lo_bound <= lo <= hi <= hi_bound; `hi_why` says what the upper
+// bound means.
+void Reader::read_range(const MapView& m, const std::string& key, double lo_bound, double hi_bound,
+                        const std::string& hi_why, double out[2]) {
+  const std::string path = child(m.path, key);
+  const auto r = list(need(m, key), path, mark_of(m, key), true);
+  if (r.size() != 2)
+    fail(mark_of(m, key), path, "expected two numbers [lo, hi], found " + std::to_string(r.size()));
+  double x[2];
+  for (int i = 0; i < 2; ++i) {
+    x[i] = number(r[i].first, item(path, i), r[i].second, lo_bound, false);
+    if (x[i] > hi_bound)
+      fail(value_mark(r[i].first, r[i].second), item(path, i),
+           "expected a number <= " + shortest(hi_bound) + hi_why + ", found " + r[i].first.Scalar());
+  }
+  if (x[0] > x[1])
+    fail(mark_of(m, key), path, "expected lo <= hi, found [" + r[0].first.Scalar() + ", " + r[1].first.Scalar() + "]");
+  out[0] = x[0];
+  out[1] = x[1];
 }
 
 void Reader::read_layers(const YAML::Node& v, Mark mark) {

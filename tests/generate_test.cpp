@@ -4,7 +4,9 @@
 // repeats, never the identity, never the poison block; MRoPE image positions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "lib/batch.h"
 
@@ -20,6 +22,32 @@ TEST(Generate, ChecksumsArePinned) {
   EXPECT_EQ(load("smoke").inputs_checksum, 0x0657b2418c40c896ull);
   EXPECT_EQ(load("mrope-image").inputs_checksum, 0x435565cb91d79cc6ull);
   EXPECT_EQ(load("qwen3-next").inputs_checksum, 0x3225b88b2ad03cf0ull);
+  EXPECT_EQ(load("gdn-long-memory").inputs_checksum, 0xa1a339998e45ef40ull);
+}
+
+// g is drawn in model.gdn.g_range: the default keeps the generator's original draw
+// (the pinned qwen3-next checksum above), gdn-long-memory draws slow heads only, and
+// both spread over their range rather than sitting at one end.
+TEST(Generate, GatesFillTheirRange) {
+  for (const auto& [name, lo, hi] : {std::tuple<const char*, float, float>{"qwen3-next", -0.31f, -0.01f},
+                                     {"gdn-long-memory", -0.005f, -0.0005f}}) {
+    const Batch b = load(name);
+    float mn = 0, mx = -1000;
+    size_t n = 0;
+    for (const LayerInputs& li : b.layers) {
+      if (li.kind != LayerKind::gdn) continue;
+      for (float g : li.gdn.g) {
+        mn = std::min(mn, g);
+        mx = std::max(mx, g);
+        ++n;
+      }
+    }
+    ASSERT_GT(n, 1000u) << name;
+    EXPECT_GE(mn, lo * 1.0001f) << name;
+    EXPECT_LE(mx, hi * 0.9999f) << name;
+    EXPECT_LT(mn, lo + 0.01f * (hi - lo)) << name << ": the low end of the range is never drawn";
+    EXPECT_GT(mx, hi - 0.01f * (hi - lo)) << name << ": the high end of the range is never drawn";
+  }
 }
 
 TEST(Generate, SameSeedSameBytesOtherSeedOtherBytes) {
