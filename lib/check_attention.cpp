@@ -1,8 +1,10 @@
 // check_attention.cpp: numeric and causal_bound for one attention layer. The
 // causal bound check counts, per stream, output rows that went NaN while the
-// reference is finite: only a read of poisoned KV (a position at or past the
-// stream's kv_len, the guard entry of its table, or a block it does not own)
-// can do that, since every input is finite. A row still holding the output
+// reference is finite. Every input is finite, so that is a read of poisoned KV
+// (a position at or past the stream's kv_len, the guard entry of its table, or a
+// block it does not own) or a NaN of the kernel's own making (an exp that
+// overflowed); the finding names both, since the bits cannot tell them apart on
+// every device. A row still holding the output
 // poison bits was never written: numeric names it, the causal bound does not.
 #include <fmt/format.h>
 
@@ -81,11 +83,12 @@ void check_attention(const Batch& batch, const LayerShape& shape, int layer,
       why = fmt::format("only its last token (position {}) is poisoned: it read key position {} "
                         "= kv_len, one past its causal bound", p_last, st.kv_len);
     else
-      why = fmt::format("tokens at positions {}..{} read poisoned KV: a key position at or past its "
-                        "kv_len {}, its table's guard entry, or a block it does not own",
+      why = fmt::format("tokens at positions {}..{} read poisoned KV (a key position at or past its "
+                        "kv_len {}, its table's guard entry, or a block it does not own), or the "
+                        "kernel's own arithmetic made a NaN there (an exp that overflowed)",
                         p_first, p_last, st.kv_len);
     causal.fail(layer, b, fmt::format("stream {} (chunk_start {}, kv_len {}, {} blocks): {} of {} "
-                                      "output rows NaN from poisoned KV; {}", b, st.chunk_start, st.kv_len,
+                                      "output rows NaN where the reference is finite; {}", b, st.chunk_start, st.kv_len,
                                       st.blocks.size(), nan_rows, st.count, why));
   }
 }

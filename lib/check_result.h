@@ -43,7 +43,7 @@ struct Figure {
   long long nonfinite = 0;      // NaN/Inf where the reference is finite
   long long mismatched = 0;     // compared and wrong (finite but wrong values, wrong entries)
   long long never_written = 0;  // output rows still holding the output poison bits
-  long long read_poison = 0;    // output rows NaN from poisoned KV (not the output poison)
+  long long read_poison = 0;    // output rows NaN where the reference is finite (poisoned KV or an overflow; not the output poison)
   long long elements = 0;       // what was compared
   std::string precision;        // numeric figures: the arithmetic the lp reference (and so the limit) models
   bool pass = true;
