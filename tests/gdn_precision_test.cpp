@@ -256,6 +256,37 @@ TEST(GdnPrecisionLimit, SplitStandInPassesItsLimitAndADecayBugFails) {
   EXPECT_FALSE(bad.state.passed);
 }
 
+// scenarios/gdn-long-memory.yaml (slow heads: a state carried over thousands of tokens,
+// 94 chunks on its longest stream): the stand-ins of both CUDA forms (their arithmetic,
+// sums in double) pass their own limits, so tf32 error does not compound along the
+// chunks; the same stand-in fed e^g rounded to bf16 (tests/abi/decay_bf16.cpp's defect)
+// fails them. The worst ratio to the limit is printed.
+TEST(GdnPrecisionLimit, LongMemoryStandInsPassAndABf16DecayFails) {
+  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/gdn-long-memory.yaml");
+  const Batch batch = generate_batch(s);
+  const LayerShape shape = layer_shape(s, batch);
+  ASSERT_EQ(batch.layers[0].kind, LayerKind::gdn);
+  auto worst = [](const Verdict& v) {
+    double w = 0;
+    for (const CheckResult* c : {&v.numeric, &v.state})
+      for (const Figure& f : c->figures) w = std::max(w, f.limit > 0 ? f.max_abs / f.limit : 0.0);
+    return w;
+  };
+  Batch bf16_decay = batch;
+  for (float& g : bf16_decay.layers[0].gdn.g) g = std::log(round_bf16(std::exp(g)));
+  for (GdnPrecision p : {GdnPrecision::tf32_chunked, GdnPrecision::tf32_split}) {
+    const GdnReference ref = gdn_reference(batch, shape, 0, p);
+    const Verdict v = judge(batch, shape, 0, ref, chunked_stand_in(batch, shape, 0, ref, p));
+    EXPECT_TRUE(v.numeric.passed) << v.numeric.findings.front().message;
+    EXPECT_TRUE(v.state.passed) << v.state.findings.front().message;
+    const Verdict bad = judge(batch, shape, 0, ref, chunked_stand_in(bf16_decay, shape, 0, ref, p));
+    EXPECT_FALSE(bad.numeric.passed);
+    EXPECT_FALSE(bad.state.passed);
+    std::printf("gdn-long-memory, %s: stand-in at %.2f of its limit, with e^g in bf16 at %.2f\n",
+                p == GdnPrecision::tf32_chunked ? "tf32-chunked" : "tf32-split", worst(v), worst(bad));
+  }
+}
+
 // The split kernel's arithmetic loses no more than the chunked kernel's: on every
 // stream, its error against hp (output and state) sits within the limit the
 // tf32-chunked lp gives (2 |lp - hp| + atol). The worst ratio is printed
