@@ -398,6 +398,22 @@ std::vector<KernelTime> Backend::run_layer(int layer, const BatchedAttnMetadata&
   return times;
 }
 
+bool Backend::has_prepare(int layer) const {
+  const pb_kernel_table& t = library_->table();
+  return layers_.at(layer).kind == LayerKind::attn ? t.prepare_attn != nullptr : t.prepare_ssm != nullptr;
+}
+
+void Backend::prepare_only(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs) {
+  LayerBuffers& L = layers_.at(layer);
+  const bool attn = L.kind == LayerKind::attn;
+  const pb_batched_attn_metadata m = abi_metadata(meta);
+  const pb_workspace workspace = prepare_workspace(L, m);
+  const pb_attn_layer_args a = attn ? attn_args(L, m, workspace, 0) : pb_attn_layer_args{};
+  const pb_ssm_layer_args sa = attn ? pb_ssm_layer_args{} : ssm_args(L, m, workspace, h_state_ptrs, 0);
+  prepare(L, a, sa);
+  library_synchronize(attn ? "prepare_attn" : "prepare_ssm");
+}
+
 void Backend::capture_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs) {
   LayerBuffers& L = layers_.at(layer);
   const bool attn = L.kind == LayerKind::attn;

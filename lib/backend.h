@@ -82,6 +82,11 @@ class Backend {
     return l2_flush_ ? 2 * memory_->l2_bytes() : 0;
   }
   LayerOutputs read_layer(int layer);
+  // buffer_guard's probe of prepare's contract (it may write only its workspace):
+  // whether the library has a prepare entry for the layer's kind, and prepare
+  // alone for this layer as run_layer calls it (schedule 0), then a synchronize.
+  bool has_prepare(int layer) const;
+  void prepare_only(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs);
 
   // --graph (docs/DESIGN.md "Graph mode"). capture_layer: prepare with `meta`
   // (untimed), then the layer's timed entries captured once, schedule 0: on CUDA

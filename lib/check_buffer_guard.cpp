@@ -4,9 +4,11 @@
 // buffer of the layer, scratch and the table arena still hold kBufferGuardBits.
 // A library that works in place on an input, or stores a row past the end of an
 // output, a state or its workspace, is named here with the buffer, the side and
-// the first byte; nothing it touched is trusted for the truth.
+// the first byte; nothing it touched is trusted for the truth. (3) prepare, which
+// runs outside timing, wrote nothing but its workspace (check_prepare_writes).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "checks.h"
@@ -148,6 +150,31 @@ void check_buffer_guard(const Batch& batch, int layer, const LayerInputs& now, c
     compare_zone(z, false, layer, r);
     compare_zone(z, true, layer, r);
   }
+}
+
+namespace {
+template <class T>
+void compare_after_prepare(int layer, const char* entry, const std::string& name, const std::vector<T>& before,
+                           const std::vector<T>& after, CheckResult& r) {
+  size_t changed = 0, first = 0;
+  for (size_t i = 0; i < std::min(before.size(), after.size()); ++i)
+    if (!same_bits(before[i], after[i]) && changed++ == 0) first = i;
+  if (changed)
+    r.fail(layer, -1,
+           fmt::format("{} wrote {}: {} of {} elements changed, the first at element {} ({} -> {}); prepare runs "
+                       "outside timing and may write only its workspace, so work done there is not timed",
+                       entry, name, changed, before.size(), first, value_text(before[first]), value_text(after[first])));
+}
+}  // namespace
+
+void check_prepare_writes(int layer, const char* entry, const LayerOutputs& before, const LayerOutputs& after,
+                          CheckResult& r) {
+  compare_after_prepare(layer, entry, "out", before.out, after.out, r);
+  compare_after_prepare(layer, entry, "k_cache", before.k_cache, after.k_cache, r);
+  compare_after_prepare(layer, entry, "v_cache", before.v_cache, after.v_cache, r);
+  compare_after_prepare(layer, entry, "conv_state", before.conv_state, after.conv_state, r);
+  for (size_t b = 0; b < std::min(before.h_state.size(), after.h_state.size()); ++b)
+    compare_after_prepare(layer, entry, fmt::format("h_state of stream {}", b), before.h_state[b], after.h_state[b], r);
 }
 
 }  // namespace pb

@@ -55,6 +55,14 @@ void check_scratch_guard(const Batch& batch, bool mrope, const StagedImage& img,
 void check_buffer_guard(const Batch& batch, int layer, const LayerInputs& now, const BatchedAttnMetadata& staged,
                         const BatchedAttnMetadata& given, const std::vector<GuardZones>& guards, CheckResult& r);
 
+// buffer_guard, prepare's contract: prepare (untimed) may write only its workspace.
+// `before` is the layer's outputs, caches and states as reset_layer leaves them,
+// `after` the same after prepare alone (Backend::prepare_only). A library doing a
+// layer's work in prepare would be timed without it; the finding names each buffer
+// prepare changed, how many elements and the first one.
+void check_prepare_writes(int layer, const char* entry, const LayerOutputs& before, const LayerOutputs& after,
+                          CheckResult& r);
+
 // positions: T/H/W read at the staged addresses equal the truth per token.
 void check_positions(const Batch& batch, bool mrope, const StagedImage& img,
                      const std::vector<uint8_t>& scratch, uint64_t scratch_base, CheckResult& r);

@@ -368,6 +368,15 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
         check_determinism(layer, first, backend->read_layer(layer), checks[kCheckDeterminism],
                           "between the checked run and " + last, &batch);
     };
+    // buffer_guard, prepare's contract: the layer as reset leaves it, then after
+    // prepare alone (nothing when the library has no prepare for this kind).
+    if (!opt.profile && on(kCheckBufferGuard) && backend->has_prepare(layer)) {
+      reset();
+      const LayerOutputs before = backend->read_layer(layer);
+      backend->prepare_only(layer, kernel_meta, backend->scratch_base() + img.plan.h_state_ptrs);
+      check_prepare_writes(layer, attn ? "prepare_attn" : "prepare_ssm", before, backend->read_layer(layer),
+                           checks[kCheckBufferGuard]);
+    }
     for (; loop.more(); ++rep) {
       progress.say(fmt::format("layer {}/{} run {}{}", layer + 1, s.layers.size(), rep + 1,
                                loop.warming() ? " (warm-up)" : ""));

@@ -251,6 +251,26 @@ TEST(BufferGuard, NamesAChangedHostCopy) {
                      "found 7")) << all(r);
 }
 
+// prepare's contract: only its workspace. Unchanged outputs, caches and states pass;
+// one changed h_state element is named with its buffer, stream, element and bits.
+TEST(BufferGuard, PrepareMayWriteOnlyItsWorkspace) {
+  LayerOutputs before;
+  before.out.assign(8, bf16{0x7fd3});
+  before.conv_state.assign(6, bf16{0});
+  before.h_state = {std::vector<float>(4, 0.f), std::vector<float>(4, 0.5f)};
+  CheckResult ok;
+  check_prepare_writes(2, "prepare_ssm", before, before, ok);
+  EXPECT_TRUE(ok.passed) << all(ok);
+  LayerOutputs after = before;
+  after.h_state[1][3] = 0.25f;
+  CheckResult r;
+  check_prepare_writes(2, "prepare_ssm", before, after, r);
+  ASSERT_FALSE(r.passed);
+  EXPECT_TRUE(has(r, "prepare_ssm wrote h_state of stream 1: 1 of 4 elements changed, the first at element 3 "
+                     "(0x3f000000 (0.5) -> 0x3e800000 (0.25))")) << all(r);
+  EXPECT_EQ(r.findings.size(), 1u);
+}
+
 TEST(BufferGuard, PassesOnUntouchedInputsAndZones) {
   const Batch b = two_stream_batch();
   CheckResult r;
