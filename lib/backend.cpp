@@ -318,6 +318,15 @@ pb_ssm_layer_args Backend::ssm_args(const LayerBuffers& L, const pb_batched_attn
   return a;
 }
 
+Backend::LayerArgs Backend::layer_args(LayerBuffers& L, const pb_batched_attn_metadata& m, uint64_t h_state_ptrs,
+                                        uint32_t schedule) {
+  const pb_workspace workspace = prepare_workspace(L, m);
+  LayerArgs x;
+  if (L.kind == LayerKind::attn) x.attn = attn_args(L, m, workspace, schedule);
+  else x.ssm = ssm_args(L, m, workspace, h_state_ptrs, schedule);
+  return x;
+}
+
 void Backend::library_synchronize(const char* what) {
   try {
     memory_->synchronize(what);
@@ -368,10 +377,9 @@ std::vector<KernelTime> Backend::run_layer(int layer, const BatchedAttnMetadata&
                                            uint32_t schedule) {
   LayerBuffers& L = layers_.at(layer);
   const bool attn = L.kind == LayerKind::attn;
-  const pb_batched_attn_metadata m = abi_metadata(meta);
-  const pb_workspace workspace = prepare_workspace(L, m);
-  const pb_attn_layer_args a = attn ? attn_args(L, m, workspace, schedule) : pb_attn_layer_args{};
-  const pb_ssm_layer_args sa = attn ? pb_ssm_layer_args{} : ssm_args(L, m, workspace, h_state_ptrs, schedule);
+  const LayerArgs x = layer_args(L, abi_metadata(meta), h_state_ptrs, schedule);
+  const pb_attn_layer_args& a = x.attn;
+  const pb_ssm_layer_args& sa = x.ssm;
   std::vector<KernelTime> times;
   char msg[kMsgLen] = "";
   int marks = 0;
@@ -405,18 +413,13 @@ bool Backend::has_prepare(int layer) const {
 
 void Backend::prepare_only(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs) {
   LayerBuffers& L = layers_.at(layer);
-  const bool attn = L.kind == LayerKind::attn;
-  const pb_batched_attn_metadata m = abi_metadata(meta);
-  const pb_workspace workspace = prepare_workspace(L, m);
-  const pb_attn_layer_args a = attn ? attn_args(L, m, workspace, 0) : pb_attn_layer_args{};
-  const pb_ssm_layer_args sa = attn ? pb_ssm_layer_args{} : ssm_args(L, m, workspace, h_state_ptrs, 0);
-  prepare(L, a, sa);
-  library_synchronize(attn ? "prepare_attn" : "prepare_ssm");
+  const LayerArgs x = layer_args(L, abi_metadata(meta), h_state_ptrs, 0);
+  prepare(L, x.attn, x.ssm);
+  library_synchronize(L.kind == LayerKind::attn ? "prepare_attn" : "prepare_ssm");
 }
 
 void Backend::capture_layer(int layer, const BatchedAttnMetadata& meta, uint64_t h_state_ptrs) {
   LayerBuffers& L = layers_.at(layer);
-  const bool attn = L.kind == LayerKind::attn;
   Captured& c = L.captured;
   c = Captured{};
   // The capture-time host copies, kept alive and unchanged for every replay.
@@ -425,9 +428,9 @@ void Backend::capture_layer(int layer, const BatchedAttnMetadata& meta, uint64_t
   pb_batched_attn_metadata m = abi_metadata(meta);
   m.cu_seqlens_host = c.cu_seqlens_host.data();
   m.kv_lens_host = c.kv_lens_host.data();
-  const pb_workspace workspace = prepare_workspace(L, m);
-  if (attn) c.attn = attn_args(L, m, workspace, 0);
-  else c.ssm = ssm_args(L, m, workspace, h_state_ptrs, 0);
+  const LayerArgs x = layer_args(L, m, h_state_ptrs, 0);
+  c.attn = x.attn;
+  c.ssm = x.ssm;
   prepare(L, c.attn, c.ssm);
   library_synchronize("prepare before capture");
   char msg[kMsgLen] = "";
@@ -457,11 +460,8 @@ double Backend::replay_layer(int layer, const BatchedAttnMetadata& meta, uint64_
   if (!c.live) throw std::runtime_error(fmt::format("harness: replay of layer {} before its capture", layer));
   const bool attn = L.kind == LayerKind::attn;
   // Planning on the current batch, outside the graph, as the engine does before each replay.
-  const pb_batched_attn_metadata m = abi_metadata(meta);
-  const pb_workspace workspace = prepare_workspace(L, m);
-  const pb_attn_layer_args a = attn ? attn_args(L, m, workspace, 0) : pb_attn_layer_args{};
-  const pb_ssm_layer_args sa = attn ? pb_ssm_layer_args{} : ssm_args(L, m, workspace, h_state_ptrs, 0);
-  prepare(L, a, sa);
+  const LayerArgs x = layer_args(L, abi_metadata(meta), h_state_ptrs, 0);
+  prepare(L, x.attn, x.ssm);
   char msg[kMsgLen] = "";
   auto call = [&](const char* name, auto&& fn) {
     msg[0] = '\0';

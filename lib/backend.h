@@ -151,6 +151,13 @@ class Backend {
                                uint32_t schedule) const;
   pb_ssm_layer_args ssm_args(const LayerBuffers& L, const pb_batched_attn_metadata& m, pb_workspace ws,
                              uint64_t h_state_ptrs, uint32_t schedule) const;
+  // Both, as one layer run needs them: the workspace prepared, then the args of the
+  // layer's kind (the other kind's left zero).
+  struct LayerArgs {
+    pb_attn_layer_args attn{};
+    pb_ssm_layer_args ssm{};
+  };
+  LayerArgs layer_args(LayerBuffers& L, const pb_batched_attn_metadata& m, uint64_t h_state_ptrs, uint32_t schedule);
   // Waits for the stream after the library's entries; a device error there is the
   // library's failure (KernelFailure).
   void library_synchronize(const char* what);
