@@ -23,13 +23,14 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # reference is the slow part under ASan and is not what this job is after: the
 # backend, staging and checks run in full), then the bounds decoding on corrupted
 # metadata (HostKernels.GarbageMetadataStaysInBounds) and every fault on every shipped
-# scenario on the host but the two largest: qwen3-next and mixed-lengths take 63% of the
-# matrix and run the same code paths as the others (their faulted runs stay in the
-# unsanitized ctest matrix, their clean runs in the suite above); with them the job
-# alone took 20 minutes of CI's 45.
+# scenario on the host but the three largest: qwen3-next and mixed-lengths take 63% of the
+# matrix, gdn-long-memory ~40 s a case under ASan (its 4000 tokens of 8 GDN heads of 128),
+# and they run the same code paths as the others (their faulted runs stay in the
+# unsanitized ctest matrix, their clean runs in the suite above); with the first two the
+# job alone took 20 minutes of CI's 45, and gdn-long-memory added 10 more.
 "$build/apps/prefill-bench" run "$root"/scenarios/*.yaml --backend host --ref-sample 8 --no-color
 # Two gtest shards side by side (the CI machine has 2 cores).
-filter='HostKernels.GarbageMetadata*:*FaultMatrix.NamedCheckTrips/host_*-*_qwen3_next*:*_mixed_lengths*'
+filter='HostKernels.GarbageMetadata*:*FaultMatrix.NamedCheckTrips/host_*-*_qwen3_next*:*_mixed_lengths*:*_gdn_long_memory*'
 listed=$("$build/tests/pb_sanitize_tests" --gtest_filter="$filter" --gtest_list_tests | grep -c '^  ' || true)
 [ "$listed" -gt 20 ] || { echo "sanitize.sh: only $listed sanitizer tests match '$filter'"; exit 1; }
 echo "sanitize.sh: $listed sanitizer tests"
