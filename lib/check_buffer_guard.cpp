@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "bit_diff.h"
 #include "checks.h"
 #include "metadata.h"
 
@@ -156,14 +157,16 @@ namespace {
 template <class T>
 void compare_after_prepare(int layer, const char* entry, const std::string& name, const std::vector<T>& before,
                            const std::vector<T>& after, CheckResult& r) {
-  size_t changed = 0, first = 0;
-  for (size_t i = 0; i < std::min(before.size(), after.size()); ++i)
-    if (!same_bits(before[i], after[i]) && changed++ == 0) first = i;
-  if (changed)
-    r.fail(layer, -1,
-           fmt::format("{} wrote {}: {} of {} elements changed, the first at element {} ({} -> {}); prepare runs "
-                       "outside timing and may write only its workspace, so work done there is not timed",
-                       entry, name, changed, before.size(), first, value_text(before[first]), value_text(after[first])));
+  size_t first = 0;
+  const long long changed = count_bit_diff(before, after, &first);
+  if (!changed) return;
+  const std::string values = first < before.size() && first < after.size()
+                                 ? fmt::format(" ({} -> {})", value_text(before[first]), value_text(after[first]))
+                                 : "";
+  r.fail(layer, -1,
+         fmt::format("{} wrote {}: {} of {} elements changed, the first at element {}{}; prepare runs "
+                     "outside timing and may write only its workspace, so work done there is not timed",
+                     entry, name, changed, before.size(), first, values));
 }
 }  // namespace
 

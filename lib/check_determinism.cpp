@@ -3,30 +3,16 @@
 // when timed).
 #include <fmt/format.h>
 
-#include <cstring>
-
+#include "bit_diff.h"
 #include "checks.h"
 
 namespace pb {
-
-namespace {
-
-template <typename T>
-long long count_diff(const std::vector<T>& a, const std::vector<T>& b, size_t* first = nullptr) {
-  if (a.size() != b.size()) return static_cast<long long>(std::max(a.size(), b.size()));
-  long long n = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0 && n++ == 0 && first) *first = i;
-  return n;
-}
-
-}  // namespace
 
 void check_determinism(int layer, const LayerOutputs& first, const LayerOutputs& again, CheckResult& r,
                        const std::string& which, const Batch* batch) {
   // out [T, ...]: the first differing element's token row and stream, with both values.
   size_t at = 0;
-  if (const long long n = count_diff(first.out, again.out, &at)) {
+  if (const long long n = count_bit_diff(first.out, again.out, &at)) {
     const size_t T = batch ? static_cast<size_t>(batch->total_tokens) : 0;
     const size_t row_elems = T && first.out.size() % T == 0 ? first.out.size() / T : 0;
     int stream = -1;
@@ -45,14 +31,14 @@ void check_determinism(int layer, const LayerOutputs& first, const LayerOutputs&
     r.fail(layer, stream, fmt::format("out: {} element(s) differ {}; the first at {}{}", n, which, where, values));
   }
   const struct { const char* what; long long n; } parts[] = {
-      {"k_cache", count_diff(first.k_cache, again.k_cache)},
-      {"v_cache", count_diff(first.v_cache, again.v_cache)},
-      {"conv_state", count_diff(first.conv_state, again.conv_state)},
+      {"k_cache", count_bit_diff(first.k_cache, again.k_cache)},
+      {"v_cache", count_bit_diff(first.v_cache, again.v_cache)},
+      {"conv_state", count_bit_diff(first.conv_state, again.conv_state)},
   };
   for (const auto& p : parts)
     if (p.n) r.fail(layer, -1, fmt::format("{}: {} element(s) differ {}", p.what, p.n, which));
   for (size_t b = 0; b < first.h_state.size() && b < again.h_state.size(); ++b)
-    if (long long n = count_diff(first.h_state[b], again.h_state[b]))
+    if (long long n = count_bit_diff(first.h_state[b], again.h_state[b]))
       r.fail(layer, static_cast<int>(b), fmt::format("stream {} h_state: {} element(s) differ {}", b, n, which));
 }
 
