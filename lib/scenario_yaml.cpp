@@ -310,8 +310,7 @@ class Reader {
  private:
   void read_model(const YAML::Node& v, Mark mark);
   void read_gdn(const MapView& model);
-  void read_range(const MapView& m, const std::string& key, double lo_bound, double hi_bound,
-                  const std::string& hi_why, double out[2]);
+  void read_g_range(const MapView& gdn, double out[2]);
   void read_layers(const YAML::Node& v, Mark mark);
   void read_streams(const YAML::Node& v, Mark mark);
   StreamSpec read_stream(const MapView& m);
@@ -479,7 +478,7 @@ void Reader::read_gdn(const MapView& m) {
   ok &= guard([&] { gd.k_dim = int(int_at(g, "k_dim", 1, kMaxDim)); });
   ok &= guard([&] { gd.v_dim = int(int_at(g, "v_dim", 1, kMaxDim)); });
   ok &= guard([&] { gd.d_conv = int(int_at(g, "d_conv", 2, 8)); });
-  if (g.has("g_range")) guard([&] { read_range(g, "g_range", -100, 0, " (g is a log-decay)", gd.g_range); });
+  if (g.has("g_range")) guard([&] { read_g_range(g, gd.g_range); });
   if (ok && gd.num_v_heads % gd.num_k_heads != 0)
     fail(mark_of(g, "num_v_heads"), "model.gdn.num_v_heads",
          "num_v_heads " + std::to_string(gd.num_v_heads) + " is not a multiple of num_k_heads " +
@@ -488,23 +487,21 @@ void Reader::read_gdn(const MapView& m) {
   gd.present = true;
 }
 
-// key: [lo, hi] with lo_bound <= lo <= hi <= hi_bound; `hi_why` says what the upper
-// bound means.
-void Reader::read_range(const MapView& m, const std::string& key, double lo_bound, double hi_bound,
-                        const std::string& hi_why, double out[2]) {
-  const std::string path = child(m.path, key);
-  const auto r = list(need(m, key), path, mark_of(m, key), true);
+// model.gdn.g_range: [lo, hi] with -100 <= lo <= hi <= 0 (g is a log-decay).
+void Reader::read_g_range(const MapView& g, double out[2]) {
+  const std::string path = "model.gdn.g_range";
+  const auto r = list(need(g, "g_range"), path, mark_of(g, "g_range"), true);
   if (r.size() != 2)
-    fail(mark_of(m, key), path, "expected two numbers [lo, hi], found " + std::to_string(r.size()));
+    fail(mark_of(g, "g_range"), path, "expected two numbers [lo, hi], found " + std::to_string(r.size()));
   double x[2];
   for (int i = 0; i < 2; ++i) {
-    x[i] = number(r[i].first, item(path, i), r[i].second, lo_bound, false);
-    if (x[i] > hi_bound)
+    x[i] = number(r[i].first, item(path, i), r[i].second, -100, false);
+    if (x[i] > 0)
       fail(value_mark(r[i].first, r[i].second), item(path, i),
-           "expected a number <= " + shortest(hi_bound) + hi_why + ", found " + r[i].first.Scalar());
+           "expected a number <= 0 (g is a log-decay), found " + r[i].first.Scalar());
   }
   if (x[0] > x[1])
-    fail(mark_of(m, key), path, "expected lo <= hi, found [" + r[0].first.Scalar() + ", " + r[1].first.Scalar() + "]");
+    fail(mark_of(g, "g_range"), path, "expected lo <= hi, found [" + r[0].first.Scalar() + ", " + r[1].first.Scalar() + "]");
   out[0] = x[0];
   out[1] = x[1];
 }
