@@ -104,7 +104,8 @@ struct DeviceBatch {
   std::vector<int32_t> cu, kv;
   double flops = 0, bytes = 0;
   void *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *cu_d = nullptr, *kv_d = nullptr,
-       *tables = nullptr, *ptrs = nullptr, *work32 = nullptr, *work_mma = nullptr, *work_ws = nullptr;
+       *tables = nullptr, *ptrs = nullptr, *work32 = nullptr, *work_mma = nullptr, *work_ws = nullptr,
+       *schedule_ws = nullptr;
   int n_work32 = 0, n_work_mma = 0, n_work_ws = 0;
 
   DeviceBatch(const MixDef& m, int D, int hq, int hkv) : name(config_name(m, D, hq, hkv)) {
@@ -175,10 +176,12 @@ struct DeviceBatch {
       const auto ww = pb::kernels::plan_attention_ws_work(shape, cu, kv);
       work_ws = upload(ww.data(), ww.size() * sizeof(ww[0]));
       n_work_ws = static_cast<int>(ww.size());
+      const auto sw = pb::kernels::plan_attention_ws_schedule(shape, ww, cu, kv);
+      schedule_ws = upload(sw.data(), sw.size() * sizeof(sw[0]));
     }
   }
   ~DeviceBatch() {
-    for (void* p : {q, k, v, out, cu_d, kv_d, tables, ptrs, work32, work_mma, work_ws}) cudaFree(p);
+    for (void* p : {q, k, v, out, cu_d, kv_d, tables, ptrs, work32, work_mma, work_ws, schedule_ws}) cudaFree(p);
   }
   static void* upload(const void* h, size_t bytes) {
     void* d = nullptr;
@@ -219,6 +222,7 @@ struct DeviceBatch {
     if (variant == kWs || (variant == kDefault && pb::kernels::attention_ws_supported(shape))) {
       a.work = static_cast<const pb::kernels::AttnWorkItem*>(work_ws);
       a.num_work = n_work_ws;
+      a.schedule = static_cast<const int32_t*>(schedule_ws);
       return pb::kernels::launch_attention_ws(st, a, true);
     }
     a.variant = variant == kDefault ? -1 : variant;

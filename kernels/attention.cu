@@ -344,31 +344,17 @@ cudaError_t launch_attention_d(cudaStream_t stream, const AttnParams& p, unsigne
 
 int attention_rows_per_tile(const LayerShape& shape) { return group_split(shape).rows_per_tile; }
 
-std::vector<AttnWorkItem> plan_attention_tiles(int rows, const std::vector<int32_t>& cu_seqlens_host,
+std::vector<AttnWorkItem> plan_attention_tiles(const LayerShape& shape, int rows,
+                                               const std::vector<int32_t>& cu_seqlens_host,
                                                const std::vector<int32_t>& kv_lens_host) {
-  struct Keyed {
-    long long keys;
-    AttnWorkItem item;
-  };
-  std::vector<Keyed> all;
-  const int n = cu_seqlens_host.empty() ? 0 : static_cast<int>(cu_seqlens_host.size()) - 1;
-  for (int b = 0; b < n; ++b) {
-    const int count = std::max(cu_seqlens_host[b + 1] - cu_seqlens_host[b], 0);
-    const int kv_len = b < static_cast<int>(kv_lens_host.size()) ? std::max(kv_lens_host[b], 0) : count;
-    const int chunk_start = std::max(kv_len - count, 0);
-    for (int t = 0; t * rows < count; ++t)
-      all.push_back({static_cast<long long>(chunk_start) + std::min((t + 1) * rows, count), {b, t}});
-  }
-  std::stable_sort(all.begin(), all.end(), [](const Keyed& a, const Keyed& b) { return a.keys > b.keys; });
-  std::vector<AttnWorkItem> work(all.size());
-  for (size_t i = 0; i < all.size(); ++i) work[i] = all[i].item;
-  return work;
+  const uint64_t kv_bytes_per_token = uint64_t(std::max(shape.num_kv_heads, 0)) * uint64_t(std::max(shape.head_dim, 0)) * 2 * 2;
+  return order_attention_tiles(rows, cu_seqlens_host, kv_lens_host, kv_bytes_per_token, detail::l2_bytes() / 2);
 }
 
 std::vector<AttnWorkItem> plan_attention_work(const LayerShape& shape,
                                               const std::vector<int32_t>& cu_seqlens_host,
                                               const std::vector<int32_t>& kv_lens_host) {
-  return plan_attention_tiles(attention_rows_per_tile(shape), cu_seqlens_host, kv_lens_host);
+  return plan_attention_tiles(shape, attention_rows_per_tile(shape), cu_seqlens_host, kv_lens_host);
 }
 
 cudaError_t launch_attention(cudaStream_t stream, const AttnArgs& a) {

@@ -733,7 +733,7 @@ int attention_mma_rows_per_tile(const LayerShape& shape) { return mma_group_spli
 std::vector<AttnWorkItem> plan_attention_mma_work(const LayerShape& shape,
                                                   const std::vector<int32_t>& cu_seqlens_host,
                                                   const std::vector<int32_t>& kv_lens_host) {
-  return plan_attention_tiles(attention_mma_rows_per_tile(shape), cu_seqlens_host, kv_lens_host);
+  return plan_attention_tiles(shape, attention_mma_rows_per_tile(shape), cu_seqlens_host, kv_lens_host);
 }
 
 cudaError_t launch_attention_mma(cudaStream_t stream, const AttnArgs& a) {

@@ -20,7 +20,8 @@ namespace pb::kernels {
 bool attention_mma_supported(const LayerShape& shape);
 // Packed rows per q-tile: 128 query vectors / q heads of a GQA group (capped).
 int attention_mma_rows_per_tile(const LayerShape& shape);
-// The work list (longest first) for this kernel's q-tiles, from host copies.
+// The work list (plan_attention_tiles: L2 sections, longest first in each) for this
+// kernel's q-tiles, from host copies.
 std::vector<AttnWorkItem> plan_attention_mma_work(const LayerShape& shape,
                                                   const std::vector<int32_t>& cu_seqlens_host,
                                                   const std::vector<int32_t>& kv_lens_host);

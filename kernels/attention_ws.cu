@@ -1,8 +1,8 @@
 // attention_ws.cu: version 4 of the paged varlen causal GQA attention, after
 // FlashAttention-3: a persistent CTA (one per SM) of a producer warpgroup and C
-// consumer warpgroups (C = 2; 3 at d64: WsTraits) walks the longest-first work list
-// (plan_attention_ws_work) in a snake order; an entry is one work item (stream,
-// q-tile) and one kv head, M = 64 C query vectors (heads packed into M).
+// consumer warpgroups (C = 2; 3 at d64: WsTraits) walks its list of the schedule
+// (plan_attention_ws_schedule: the work list's entries by list scheduling); an entry is
+// one work item (stream, q-tile) and one kv head, M = 64 C query vectors (heads packed into M).
 //   warpgroup 0, producer (setmaxnreg down to 40, or 32 with three consumers):
 //     warp 0 loads Q and the K tiles, warp 1 the V tiles, through the stream's block table into two
 //     shared-memory rings (the consumers use K of tile k with V of tile k - 1;
@@ -117,12 +117,15 @@ struct WsParams {
   int q_tma;          // 1: the producer loads Q by TMA (two Q buffers and a Q tensor map)
   uint32_t q_tx;      // bytes of one item's Q boxes (heads_per_cta x rows_per_tile rows)
   int bound_extra;    // 1 under the causal-off-by-one fault
-  int num_items;      // grid entries of the work list: num_work x kv heads x head chunks
+  int num_items;      // entries of the work list: num_work x kv heads x head chunks
+  int num_ctas;       // the grid, which the schedule was planned for
   float scale_log2;
   const int32_t* cu_seqlens;
   const int32_t* kv_lens;
   const uint64_t* block_table_ptrs;
   const AttnWorkItem* work;
+  const int32_t* schedule;  // num_ctas + 1 offsets, then at most num_items entries
+  const int32_t* entries;   // schedule + num_ctas + 1
   const uint16_t* q_rot;
   const uint16_t* k_cache;
   const uint16_t* v_cache;
@@ -292,18 +295,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   }
   __syncthreads();
 
-  // Persistent: CTA i takes items i, 2G-1-i, 2G+i, ... of the longest-first list
-  // (G = gridDim.x; a snake, so every CTA gets a fair share of long and short
-  // items). Producer and consumers walk the same sequence and skip the same
-  // items; `it` counts K/V tiles across items, so ring stages and mbarrier
-  // phases run on from one item to the next and the producer loads the next
-  // item's first tiles while the consumers finish this one.
-  const int total = p.num_items;
-  const int G = static_cast<int>(gridDim.x);
-  auto item_at = [&](int r) {
-    const int i = static_cast<int>(blockIdx.x);
-    return r * G + ((r & 1) ? G - 1 - i : i);
-  };
+  // Persistent: CTA i walks its list of the schedule (p.schedule: offsets, then the
+  // entries; attention_schedule.h plans it, list scheduling in the work list's L2-section
+  // order), its offsets clamped to the entries there are. Producer and consumers walk
+  // the same list and skip the same entries (ws_item bounds each one); `it` counts K/V
+  // tiles across items, so ring stages and mbarrier phases run on from one item to the
+  // next and the producer loads the next item's first tiles while the consumers finish
+  // this one. (blockIdx.x < num_ctas: the grid is num_ctas.) Each role reads its bounds
+  // after its setmaxnreg: a value held across it made the d64 kernel spill 12 bytes.
+  auto first = [&] { return min(max(p.schedule[blockIdx.x], 0), p.num_items); };
+  auto last = [&] { return min(p.schedule[blockIdx.x + 1], p.num_items); };
 
   if (wg == 0) {
     // ---- producer ----
@@ -316,8 +317,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const size_t kv_row_stride = static_cast<size_t>(p.num_kv_heads) * D;
     uint32_t it = 0, nq = 0;  // K/V tiles and valid items so far
 #pragma unroll 1
-    for (int r = 0; r * G < total; ++r) {
-      const WsItem w = ws_item<N>(p, item_at(r));
+    for (int r = first(), end = last(); r < end; ++r) {
+      const WsItem w = ws_item<N>(p, p.entries[r]);
       if (!w.valid) continue;
       if (q_tma && role == 0) {  // this item's Q into buffer nq % 2, once the item two back has left it
         const int qb = nq % QB;
@@ -437,8 +438,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (c == CN - 1) named_arrive(kBarTurn + 0, 256);
 
 #pragma unroll 1
-  for (int r = 0; r * G < total; ++r) {
-    const WsItem w = ws_item<N>(p, item_at(r));
+  for (int r = first(), end = last(); r < end; ++r) {
+    const WsItem w = ws_item<N>(p, p.entries[r]);
     if (!w.valid) continue;
     const int num_tiles = w.num_tiles;
 
@@ -695,26 +696,28 @@ struct QMapCache {
   CUtensorMap qm{};
 };
 
+// Persistent: as many CTAs as fit at once (one per SM: the shared memory and 384 x 168
+// registers); 0 if the occupancy query fails.
 template <class Tr>
-cudaError_t launch_ws(cudaStream_t stream, const CUtensorMap& km, const CUtensorMap& vm, const CUtensorMap& qm,
-                      WsParams p, unsigned grid) {
-  if (Tr::kQBuffers != 2) p.q_tma = 0;
-  static cudaError_t state = cudaErrorNotReady;
-  if (state == cudaErrorNotReady)
-    state = cudaFuncSetAttribute(attention_ws_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(Tr::kSmemBytes));
-  if (state != cudaSuccess) return state;
-  // Persistent: as many CTAs as fit at once (one per SM: the shared memory and
-  // 384 x 168 registers), never more than there are entries.
+int ws_resident_ctas() {
   static int per_sm = 0;
   if (per_sm == 0) {
-    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_ws_kernel<Tr>,
-                                                                        Tr::kThreads, Tr::kSmemBytes);
-    if (e != cudaSuccess) return e;
+    cudaError_t e = cudaFuncSetAttribute(attention_ws_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(Tr::kSmemBytes));
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_ws_kernel<Tr>, Tr::kThreads, Tr::kSmemBytes);
+    if (e != cudaSuccess) return 0;
     per_sm = std::max(per_sm, 1);
   }
-  grid = static_cast<unsigned>(std::min<long long>(grid, static_cast<long long>(per_sm) * detail::sm_count()));
-  attention_ws_kernel<Tr><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(km, vm, qm, p);
+  return per_sm * detail::sm_count();
+}
+
+template <class Tr>
+cudaError_t launch_ws(cudaStream_t stream, const CUtensorMap& km, const CUtensorMap& vm, const CUtensorMap& qm,
+                      WsParams p) {
+  if (Tr::kQBuffers != 2) p.q_tma = 0;
+  if (ws_resident_ctas<Tr>() == 0) return cudaErrorInvalidConfiguration;
+  attention_ws_kernel<Tr><<<static_cast<unsigned>(p.num_ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(km, vm, qm, p);
   return cudaGetLastError();
 }
 
@@ -750,7 +753,39 @@ int attention_ws_rows_per_tile(const LayerShape& shape) {
 
 std::vector<AttnWorkItem> plan_attention_ws_work(const LayerShape& shape, const std::vector<int32_t>& cu_seqlens_host,
                                                  const std::vector<int32_t>& kv_lens_host) {
-  return plan_attention_tiles(attention_ws_rows_per_tile(shape), cu_seqlens_host, kv_lens_host);
+  return plan_attention_tiles(shape, attention_ws_rows_per_tile(shape), cu_seqlens_host, kv_lens_host);
+}
+
+int attention_ws_entries_per_item(const LayerShape& shape) {
+  const int m = attention_ws_block_m(shape.head_dim);
+  if (m == 0 || shape.num_kv_heads <= 0 || shape.num_q_heads % shape.num_kv_heads != 0) return 0;
+  const int group = shape.num_q_heads / shape.num_kv_heads;
+  const int heads_per_cta = std::min(group, m);
+  return shape.num_kv_heads * ((group + heads_per_cta - 1) / heads_per_cta);
+}
+
+int attention_ws_ctas(const LayerShape& shape, int num_work) {
+  const long long entries = static_cast<long long>(num_work) * attention_ws_entries_per_item(shape);
+  int resident = 0;
+  switch (shape.head_dim) {
+    case 64: resident = ws_resident_ctas<WsD64>(); break;
+    case 128: resident = ws_resident_ctas<WsD128>(); break;
+    case 256: resident = ws_resident_ctas<WsD256>(); break;
+    default: return 0;
+  }
+  return static_cast<int>(std::min<long long>(entries, resident));
+}
+
+std::vector<int32_t> plan_attention_ws_schedule(const LayerShape& shape, const std::vector<AttnWorkItem>& work,
+                                                const std::vector<int32_t>& cu_seqlens_host,
+                                                const std::vector<int32_t>& kv_lens_host) {
+  const int rows = attention_ws_rows_per_tile(shape), n = attention_ws_block_n(shape.head_dim);
+  std::vector<long long> cost(work.size(), 0);
+  for (size_t i = 0; i < work.size(); ++i)
+    if (work[i].stream >= 0 && rows > 0 && n > 0)  // two units a K/V tile, one for the item's Q and epilogue
+      cost[i] = 2 * ((attention_tile_keys(rows, cu_seqlens_host, kv_lens_host, work[i]) + n - 1) / n) + 1;
+  return schedule_attention_entries(work, cost, attention_ws_entries_per_item(shape),
+                                    attention_ws_ctas(shape, static_cast<int>(work.size())));
 }
 
 int attention_ws_tma_rows(const LayerShape& shape) {
@@ -794,8 +829,12 @@ cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& a, bool tma
   p.v_cache = reinterpret_cast<const uint16_t*>(a.v_cache);
   p.out = reinterpret_cast<uint16_t*>(a.out);
   const long long grid = static_cast<long long>(a.num_work) * shape.num_kv_heads * p.head_chunks;
-  if (grid > 0x7fffffffLL) return cudaErrorInvalidValue;
+  if (grid > 0x7fffffffLL || !a.schedule) return cudaErrorInvalidValue;
   p.num_items = static_cast<int>(grid);
+  p.num_ctas = attention_ws_ctas(shape, a.num_work);  // the grid plan_attention_ws_schedule planned for
+  if (p.num_ctas <= 0) return cudaErrorInvalidConfiguration;
+  p.schedule = a.schedule;
+  p.entries = a.schedule + p.num_ctas + 1;
 
   static MapCache mc;
   if (p.tma_rows > 0) {
@@ -832,11 +871,10 @@ cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& a, bool tma
       qc.rows = p.rows_per_tile;
     }
   }
-  const unsigned gr = static_cast<unsigned>(grid);
   switch (shape.head_dim) {
-    case 64: return launch_ws<WsD64>(stream, mc.km, mc.vm, qc.qm, p, gr);
-    case 128: return launch_ws<WsD128>(stream, mc.km, mc.vm, qc.qm, p, gr);
-    case 256: return launch_ws<WsD256>(stream, mc.km, mc.vm, qc.qm, p, gr);
+    case 64: return launch_ws<WsD64>(stream, mc.km, mc.vm, qc.qm, p);
+    case 128: return launch_ws<WsD128>(stream, mc.km, mc.vm, qc.qm, p);
+    case 256: return launch_ws<WsD256>(stream, mc.km, mc.vm, qc.qm, p);
     default: return cudaErrorInvalidValue;
   }
 }

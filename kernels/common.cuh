@@ -119,6 +119,19 @@ inline int sm_count() {
   return sms;
 }
 
+// Bytes of L2 of the current device (read once; 50 MB, an H200's, if the query fails).
+// Host side: the attention work list's sections (attention_schedule.h) take half.
+inline uint64_t l2_bytes() {
+  static int bytes = 0;
+  if (!bytes) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev) != cudaSuccess ||
+        bytes <= 0)
+      bytes = 50 << 20;
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
 // Lets kernel f take `bytes` of dynamic shared memory (past the 48 KB default).
 template <class F>
 cudaError_t allow_smem(F* f, size_t bytes) {

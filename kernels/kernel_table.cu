@@ -38,6 +38,7 @@ struct Ctx {
   std::string conv1d = "auto";     // auto (stage where the shape allows), window, stage, row (the oracle)
   // The plan prepare() made, for the workspace it wrote.
   std::vector<AttnWorkItem> work;
+  std::vector<int32_t> schedule;  // the persistent attention kernel's CTA lists (empty when it does not run)
   std::vector<float> inv_freq;
   std::vector<int32_t> order;
   std::vector<GdnChunkItem> chunk_items;  // the chunk list (split and chunked)
@@ -120,16 +121,18 @@ std::vector<int32_t> host_vec(const int32_t* p, uint32_t n) { return p ? std::ve
 uint64_t round256(uint64_t n) { return (n + 255) & ~uint64_t(255); }
 
 // Workspace layouts (offsets from workspace.data).
+// schedule: the persistent attention kernel's CTA lists (attention_ws.h), when it runs.
 struct AttnLayout {
-  uint64_t q_rot = 0, k_rot = 0, inv_freq = 0, work = 0, baked = 0, bytes = 0;  // baked: the fault's kv_lens
+  uint64_t q_rot = 0, k_rot = 0, inv_freq = 0, work = 0, schedule = 0, baked = 0, bytes = 0;  // baked: the fault's kv_lens
 };
-AttnLayout attn_layout(const pb_attn_shape& s, uint32_t T, size_t work_items) {
+AttnLayout attn_layout(const pb_attn_shape& s, uint32_t T, size_t work_items, size_t schedule_ints) {
   AttnLayout l;
   l.q_rot = 0;
   l.k_rot = round256(uint64_t(T) * s.num_q_heads * s.head_dim * 2);
   l.inv_freq = l.k_rot + round256(uint64_t(T) * s.num_kv_heads * s.head_dim * 2);
   l.work = l.inv_freq + round256(uint64_t(s.rotary_dim / 2 + 1) * 4);
-  l.baked = l.work + round256((work_items + 1) * sizeof(AttnWorkItem));
+  l.schedule = l.work + round256((work_items + 1) * sizeof(AttnWorkItem));
+  l.baked = l.schedule + round256(uint64_t(schedule_ints) * 4);
   l.bytes = l.baked + round256(uint64_t(BakedI32::kMax) * 4);
   return l;
 }
@@ -161,7 +164,7 @@ int attention_tile_rows(const Ctx& c, const LayerShape& shape) {
 }
 
 std::vector<AttnWorkItem> plan_work(const Ctx& c, const LayerShape& shape, const pb_batched_attn_metadata& m) {
-  return plan_attention_tiles(attention_tile_rows(c, shape), host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count),
+  return plan_attention_tiles(shape, attention_tile_rows(c, shape), host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count),
                               host_vec(m.kv_lens_host, m.kv_lens_host_count));
 }
 
@@ -174,6 +177,15 @@ size_t max_work_items(const Ctx& c, const LayerShape& shape, const pb_batched_at
   const uint64_t rows = static_cast<uint64_t>(attention_tile_rows(c, shape));
   if (rows == 0) return 0;
   return static_cast<size_t>((uint64_t(m.total_tokens) + uint64_t(m.batch_size) * (rows - 1)) / rows);
+}
+
+// The layer's workspace layout for this batch's bucket: the work list's bound, and the
+// schedule's (at most one offset and one entry per entry, plus one) where ws runs.
+AttnLayout attn_layout(const Ctx& c, const pb_attn_shape& s, const pb_batched_attn_metadata& m) {
+  const LayerShape shape = attn_shape(s);
+  const size_t bound = max_work_items(c, shape, m);
+  const size_t schedule = attention_ws(c, shape) ? 2 * bound * size_t(attention_ws_entries_per_item(shape)) + 1 : 0;
+  return attn_layout(s, m.total_tokens, bound, schedule);
 }
 
 template <class T>
@@ -311,7 +323,7 @@ pb_status workspace_bytes(void* ctx, const pb_layer_shape* s, const pb_batched_a
   try {
     const Ctx& c = *static_cast<Ctx*>(ctx);
     if (s->kind == PB_LAYER_ATTN)
-      *bytes = attn_layout(s->attn, m->total_tokens, max_work_items(c, attn_shape(s->attn), *m)).bytes;
+      *bytes = attn_layout(c, s->attn, *m).bytes;
     else
       *bytes = ssm_layout(c, s->ssm, m->total_tokens, m->batch_size).bytes;
     return PB_OK;
@@ -334,7 +346,13 @@ pb_status prepare_attn(void* ctx, const pb_attn_layer_args* a, void* stream, cha
   }
   c.work.resize(bound, AttnWorkItem{-1, -1});  // padding the kernels skip: the grid is the bucket's
   c.inv_freq = rope_inv_freq(shape);
-  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, bound);
+  const AttnLayout l = attn_layout(c, a->shape, a->metadata);
+  if (attention_ws(c, shape)) {
+    c.schedule = plan_attention_ws_schedule(shape, c.work, host_vec(a->metadata.cu_seqlens_host, a->metadata.cu_seqlens_host_count),
+                                            host_vec(a->metadata.kv_lens_host, a->metadata.kv_lens_host_count));
+  } else {
+    c.schedule.clear();
+  }
   if (a->workspace.bytes < l.bytes) {
     put(msg, msg_len, "workspace smaller than workspace_bytes asked for");
     return PB_ERR_INVALID;
@@ -347,13 +365,16 @@ pb_status prepare_attn(void* ctx, const pb_attn_layer_args* a, void* stream, cha
   if (e == cudaSuccess && !c.work.empty())
     e = cudaMemcpyAsync(ws<AttnWorkItem>(a->workspace.data, l.work), c.work.data(), c.work.size() * sizeof(AttnWorkItem),
                         cudaMemcpyHostToDevice, st);
+  if (e == cudaSuccess && !c.schedule.empty())
+    e = cudaMemcpyAsync(ws<int32_t>(a->workspace.data, l.schedule), c.schedule.data(), c.schedule.size() * 4,
+                        cudaMemcpyHostToDevice, st);
   if (e == cudaSuccess) e = cudaStreamSynchronize(st);  // the host vectors may change before the next prepare
   return from_cuda(e, "prepare_attn upload", msg, msg_len);
 }
 
 pb_status rope(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
-  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, max_work_items(c, attn_shape(a->shape), a->metadata));
+  const AttnLayout l = attn_layout(c, a->shape, a->metadata);
   const uint64_t w = a->workspace.data;
   const pb_batched_attn_metadata& m = a->metadata;
   return from_cuda(launch_rope(static_cast<cudaStream_t>(stream), attn_shape(a->shape), m.total_tokens,
@@ -365,7 +386,7 @@ pb_status rope(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, 
 
 pb_status kv_write(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
-  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, max_work_items(c, attn_shape(a->shape), a->metadata));
+  const AttnLayout l = attn_layout(c, a->shape, a->metadata);
   return from_cuda(launch_kv_write(static_cast<cudaStream_t>(stream), attn_shape(a->shape), a->metadata.total_tokens,
                                    a->metadata.slot_stacked, ws<const bf16>(a->workspace.data, l.k_rot),
                                    reinterpret_cast<const bf16*>(a->v.data), reinterpret_cast<bf16*>(a->k_cache.data),
@@ -376,7 +397,7 @@ pb_status kv_write(void* ctx, const pb_attn_layer_args* a, void* stream, char* m
 pb_status attention(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
   const LayerShape shape = attn_shape(a->shape);
-  const AttnLayout l = attn_layout(a->shape, a->metadata.total_tokens, max_work_items(c, attn_shape(a->shape), a->metadata));
+  const AttnLayout l = attn_layout(c, a->shape, a->metadata);
   const uint64_t w = a->workspace.data;
   const pb_batched_attn_metadata& m = a->metadata;
   const int variant = attention_variant(c, shape);
@@ -389,6 +410,7 @@ pb_status attention(void* ctx, const pb_attn_layer_args* a, void* stream, char* 
   args.kv_lens = m.kv_lens;
   args.block_table_ptrs = m.block_table_ptrs;
   args.work = ws<const AttnWorkItem>(w, l.work);
+  args.schedule = ws<const int32_t>(w, l.schedule);
   args.num_work = static_cast<int>(max_work_items(c, shape, m));  // the bucket's grid, not this batch's list
   args.q_rot = ws<const bf16>(w, l.q_rot);
   args.k_cache = reinterpret_cast<const bf16*>(a->k_cache.data);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/attention_schedule.h"
 #include "lib/bf16.h"
 #include "lib/metadata.h"
 
@@ -41,17 +42,12 @@ cudaError_t launch_kv_write(cudaStream_t stream, const LayerShape& shape, uint32
 // ---- attention.cu ---------------------------------------------------------
 // (The tensor-core version, which the CUDA backend runs by default where the
 // head dim allows, is kernels/attention_mma.h; this fp32 kernel is its oracle.)
-// One unit of attention work: q-tile `tile` of stream `stream`. A q-tile is
-// attention_rows_per_tile() packed rows times all q heads of one GQA group.
-struct AttnWorkItem {
-  int32_t stream;
-  int32_t tile;
-};
 int attention_rows_per_tile(const LayerShape& shape);
-// The work list of q-tiles of `rows_per_tile` packed rows, longest (most keys)
-// first so the heaviest tiles start in the first wave, from the host copies of
-// the metadata. Kernels re-read every bound from device memory.
-std::vector<AttnWorkItem> plan_attention_tiles(int rows_per_tile,
+// The work list of q-tiles of `rows_per_tile` packed rows (AttnWorkItem,
+// kernels/attention_schedule.h), from the host copies of the metadata: streams in
+// L2 sections of half this device's L2, each section's tiles longest (most keys)
+// first (order_attention_tiles). Kernels re-read every bound from device memory.
+std::vector<AttnWorkItem> plan_attention_tiles(const LayerShape& shape, int rows_per_tile,
                                                const std::vector<int32_t>& cu_seqlens_host,
                                                const std::vector<int32_t>& kv_lens_host);
 // plan_attention_tiles with this kernel's attention_rows_per_tile().
@@ -67,6 +63,7 @@ struct AttnArgs {
   uint64_t cu_seqlens = 0, kv_lens = 0, block_table_ptrs = 0;  // device addresses
   const AttnWorkItem* work = nullptr;  // device work list
   int num_work = 0;
+  const int32_t* schedule = nullptr;   // device: the persistent kernel's CTA lists (attention_ws.h)
   const bf16* q_rot = nullptr;    // [T, Hq, D]
   const bf16* k_cache = nullptr;  // [num_blocks, block_size, Hkv, D]
   const bf16* v_cache = nullptr;

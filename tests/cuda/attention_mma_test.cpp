@@ -189,8 +189,10 @@ struct Problem {
     CK(pb::kernels::launch_fill_u16(nullptr, d_out, q.size(), pb::kBf16PoisonBits));
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
     const std::vector<pb::kernels::AttnWorkItem> work =
-        pb::kernels::plan_attention_tiles(tile_rows(shape, variant), cu, kv);
+        pb::kernels::plan_attention_tiles(shape, tile_rows(shape, variant), cu, kv);
     pb::kernels::AttnWorkItem* d_work = dev_upload(work);
+    int32_t* d_schedule = nullptr;
+    if (variant >= kWsCp) d_schedule = dev_upload(pb::kernels::plan_attention_ws_schedule(shape, work, cu, kv));
     const auto* qb = reinterpret_cast<const pb::bf16*>(d_q);
     const auto* kb = reinterpret_cast<const pb::bf16*>(d_k);
     const auto* vb = reinterpret_cast<const pb::bf16*>(d_v);
@@ -206,6 +208,7 @@ struct Problem {
     a.block_table_ptrs = reinterpret_cast<uint64_t>(d_ptrs);
     a.work = d_work;
     a.num_work = static_cast<int>(work.size());
+    a.schedule = d_schedule;
     a.q_rot = qb;
     a.k_cache = kb;
     a.v_cache = vb;
@@ -220,6 +223,7 @@ struct Problem {
     CK(cudaDeviceSynchronize());
     CK(cudaGetLastError());
     cudaFree(d_work);
+    cudaFree(d_schedule);
     std::vector<uint16_t> out(q.size());
     CK(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost));
     return out;
