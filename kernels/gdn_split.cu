@@ -13,7 +13,7 @@
 // on tf32 mma.sync m16n8k8 (kernels/mma_tf32.cuh) or wgmma; T R in 3xTF32 (fp32-
 // accurate); the substitution, exps and scales in fp32 on the CUDA cores.
 // Precision (GdnPrecision::tf32_split, reference/gdn_split_lp.cpp mirrors every
-// rounding): tf32 operands (cvt.rna) where gdn_chunked.cu has them (k, q, S, the
+// rounding): tf32 operands (cvt.rn) where gdn_chunked.cu has them (k, q, S, the
 // masked q.k, Delta, e^{..}Delta) plus W; products of tf32 values are exact in fp32,
 // so the tensor cores change only the order of the fp32 sums; [U | W] = T R stands
 // where the lp substitutes (as the chunked kernel's Delta = T R does); fp32 scratch.

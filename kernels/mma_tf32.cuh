@@ -1,5 +1,5 @@
 // mma_tf32.cuh: tf32 tensor-core helpers shared by the GDN kernels (gdn_chunked.cu,
-// gdn_split.cu): the rna rounding, mma.sync m16n8k8 (fp32 accumulators) and fragment
+// gdn_split.cu): the tf32 rounding (cvt.rn: nearest, ties to even), mma.sync m16n8k8 (fp32 accumulators) and fragment
 // loads of tf32 values from shared memory. Fragments, g = lane / 4, t = lane % 4:
 // A (16 x 8): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B (8 x 8):
 // b0 (k t, n g), b1 (k t+4, n g); C (16 x 8): c0,c1 (g, 2t..2t+1), c2,c3 (g+8, ..).
@@ -10,9 +10,11 @@
 
 namespace pb::kernels::detail {
 
+// Round to nearest, ties to even (cvt.rn, sm_90: one SASS instruction where cvt.rna, ties
+// away, is three; kernels/PERF-NOTES.md "session 30"); NaN stays NaN, infinity infinity.
 __device__ __forceinline__ uint32_t tf32_bits(float f) {
   uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
   return r;
 }
 __device__ __forceinline__ float tf32_round(float f) { return __uint_as_float(tf32_bits(f)); }

@@ -1,6 +1,6 @@
 // gdn_chunked_lp.cpp: the lp reference of GdnPrecision::tf32_chunked, i.e. one
 // chunk of kernels/gdn_chunked.cu's arithmetic on the host: the same products in
-// the same form, tf32 rounding (cvt.rna) exactly where the kernel rounds an mma
+// the same form, tf32 rounding (cvt.rn) exactly where the kernel rounds an mma
 // operand, fp32 everywhere else. Invariant: a change to the kernel's roundings
 // or its order of operations must be mirrored here (docs/TOLERANCES.md).
 #include <algorithm>
@@ -16,7 +16,7 @@ float round_tf32(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7f800000u) == 0x7f800000u) return f;  // NaN, infinity
-  u = (u + 0x1000u) & ~0x1fffu;                     // nearest, ties away from zero
+  u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;   // nearest, ties to even
   std::memcpy(&f, &u, 4);
   return f;
 }

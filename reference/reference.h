@@ -58,7 +58,7 @@ struct AttnReference {
 enum class GdnPrecision {
   fp32,          // token by token, fp32 math (the host backend, kernels/gdn.cu)
   tf32_chunked,  // chunks of 32 tokens in the WY form, the chunk's four products on
-                 // tf32 operands (round to nearest, ties away) with fp32 accumulation,
+                 // tf32 operands (round to nearest, ties to even) with fp32 accumulation,
                  // everything else and the carried state in fp32 (kernels/gdn_chunked.cu)
   tf32_split,    // the same chunks, tf32 operands and fp32 state, but in the context-parallel
                  // order of kernels/gdn_split.cu: U, W = (I + A)^-1 [beta v | beta e^G k] first,

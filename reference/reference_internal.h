@@ -57,8 +57,8 @@ void gdn_stream_hp(const Batch& batch, const LayerShape& shape, int layer, int s
                    const std::vector<double>& h0, std::vector<double>* out,
                    std::vector<double>* h_final);
 
-// fp32 -> tf32 as cvt.rna.tf32.f32 does it for mma operands: round to nearest
-// on the 10 stored mantissa bits, ties away from zero; the low 13 bits zero.
+// fp32 -> tf32 as cvt.rn.tf32.f32 does it for mma operands: round to nearest
+// on the 10 stored mantissa bits, ties to even; the low 13 bits zero.
 // NaN and infinity pass through.
 float round_tf32(float f);
 

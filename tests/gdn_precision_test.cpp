@@ -32,12 +32,13 @@ uint32_t float_bits(float f) {
   return u;
 }
 
-TEST(Tf32Rounding, NearestTiesAwayFromZero) {
+TEST(Tf32Rounding, NearestTiesToEven) {
   const float ulp = std::ldexp(1.0f, -10);  // tf32 spacing in [1, 2)
   EXPECT_EQ(round_tf32(1.0f), 1.0f);
-  EXPECT_EQ(round_tf32(1.0f + ulp / 2), 1.0f + ulp);    // a tie goes away from zero (even would give 1)
-  EXPECT_EQ(round_tf32(-1.0f - ulp / 2), -1.0f - ulp);
-  EXPECT_EQ(round_tf32(1.0f + 3 * ulp / 2), 1.0f + 2 * ulp);
+  EXPECT_EQ(round_tf32(1.0f + ulp / 2), 1.0f);          // a tie goes to even (away from zero would give 1 + ulp)
+  EXPECT_EQ(round_tf32(-1.0f - ulp / 2), -1.0f);
+  EXPECT_EQ(round_tf32(-1.0f - 3 * ulp / 2), -1.0f - 2 * ulp);
+  EXPECT_EQ(round_tf32(1.0f + 3 * ulp / 2), 1.0f + 2 * ulp);  // a tie above an odd mantissa goes up
   EXPECT_EQ(round_tf32(std::nextafter(1.0f + ulp / 2, 0.0f)), 1.0f);
   EXPECT_EQ(round_tf32(1.0f + ulp * 0.75f), 1.0f + ulp);  // truncation (raw fp32 bits into mma) would give 1
   EXPECT_EQ(round_tf32(0.0f), 0.0f);
