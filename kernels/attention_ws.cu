@@ -828,7 +828,7 @@ cudaError_t launch_attention_ws(cudaStream_t stream, const AttnArgs& a, bool tma
   p.k_cache = reinterpret_cast<const uint16_t*>(a.k_cache);
   p.v_cache = reinterpret_cast<const uint16_t*>(a.v_cache);
   p.out = reinterpret_cast<uint16_t*>(a.out);
-  const long long grid = static_cast<long long>(a.num_work) * shape.num_kv_heads * p.head_chunks;
+  const long long grid = static_cast<long long>(a.num_work) * attention_ws_entries_per_item(shape);
   if (grid > 0x7fffffffLL || !a.schedule) return cudaErrorInvalidValue;
   p.num_items = static_cast<int>(grid);
   p.num_ctas = attention_ws_ctas(shape, a.num_work);  // the grid plan_attention_ws_schedule planned for

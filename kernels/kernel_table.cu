@@ -163,11 +163,6 @@ int attention_tile_rows(const Ctx& c, const LayerShape& shape) {
   return attention_variant(c, shape) != -2 ? attention_mma_rows_per_tile(shape) : attention_rows_per_tile(shape);
 }
 
-std::vector<AttnWorkItem> plan_work(const Ctx& c, const LayerShape& shape, const pb_batched_attn_metadata& m) {
-  return plan_attention_tiles(shape, attention_tile_rows(c, shape), host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count),
-                              host_vec(m.kv_lens_host, m.kv_lens_host_count));
-}
-
 // The bucket's bound on the attention work list: for any split of total_tokens
 // over batch_size streams, sum ceil(count_b / rows) <= (T + N * (rows - 1)) / rows.
 // The grid and the workspace are sized from it, never from this batch's list, so
@@ -336,9 +331,12 @@ pb_status workspace_bytes(void* ctx, const pb_layer_shape* s, const pb_batched_a
 pb_status prepare_attn(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
   Ctx& c = *static_cast<Ctx*>(ctx);
   const LayerShape shape = attn_shape(a->shape);
-  c.work = plan_work(c, shape, a->metadata);
+  const pb_batched_attn_metadata& m = a->metadata;
+  const std::vector<int32_t> cu = host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count);
+  const std::vector<int32_t> kv = host_vec(m.kv_lens_host, m.kv_lens_host_count);
+  c.work = plan_attention_tiles(shape, attention_tile_rows(c, shape), cu, kv);
   if (a->schedule) std::reverse(c.work.begin(), c.work.end());  // shortest first: another order of the same work
-  const size_t bound = max_work_items(c, shape, a->metadata);
+  const size_t bound = max_work_items(c, shape, m);
   if (c.work.size() > bound) {
     put(msg, msg_len, "the host copies give " + std::to_string(c.work.size()) + " attention work items, more than the " +
                           std::to_string(bound) + " any split of total_tokens over batch_size can (cu_seqlens_host inconsistent)");
@@ -346,17 +344,12 @@ pb_status prepare_attn(void* ctx, const pb_attn_layer_args* a, void* stream, cha
   }
   c.work.resize(bound, AttnWorkItem{-1, -1});  // padding the kernels skip: the grid is the bucket's
   c.inv_freq = rope_inv_freq(shape);
-  const AttnLayout l = attn_layout(c, a->shape, a->metadata);
-  if (attention_ws(c, shape)) {
-    c.schedule = plan_attention_ws_schedule(shape, c.work, host_vec(a->metadata.cu_seqlens_host, a->metadata.cu_seqlens_host_count),
-                                            host_vec(a->metadata.kv_lens_host, a->metadata.kv_lens_host_count));
-  } else {
-    c.schedule.clear();
-  }
+  const AttnLayout l = attn_layout(c, a->shape, m);
   if (a->workspace.bytes < l.bytes) {
     put(msg, msg_len, "workspace smaller than workspace_bytes asked for");
     return PB_ERR_INVALID;
   }
+  c.schedule = attention_ws(c, shape) ? plan_attention_ws_schedule(shape, c.work, cu, kv) : std::vector<int32_t>();
   auto st = static_cast<cudaStream_t>(stream);
   cudaError_t e = cudaSuccess;
   if (!c.inv_freq.empty())
