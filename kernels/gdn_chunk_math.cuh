@@ -8,9 +8,12 @@
 //   (A[i * as + j]), per (row, column) the same fmas in the same order (j ascending)
 //   as a column walked row by row.
 // - X = T R with T lower triangular (the chunked walk's Delta = T R, the split prep's
-//   [U | W] = T [beta v | beta e^G k]) in 3xTF32.
+//   [U | W] = T [beta v | beta e^G k]) in 3xTF32;
+// - q's and k's inverse l2 norms from 16-byte pieces of the bf16 rows, and the normalised
+//   tf32 values (both preps, so that the two forms normalise with the same bits).
 // Every lane of the warp calls these (the shuffles take all 32).
 #pragma once
+#include "kernels/common.cuh"
 #include "kernels/mma_tf32.cuh"
 
 namespace pb::kernels::detail {
@@ -92,6 +95,42 @@ __device__ __forceinline__ void lower_product_3xtf32(float (&d)[TN][4], const fl
       mma_tf32(d[ni], ahi, blo);
       mma_tf32(d[ni], ahi, bhi);
     }
+  }
+}
+
+// The inverse l2 norms (q, k) of one token (eps 1e-6 inside the sqrt), each of its
+// QL lanes holding 8 of its q and k values. Whole warps call it (the preps; the chunked walk
+// reads its prep's values back, so both use the same bits).
+template <int QL>
+__device__ __forceinline__ float2 qk_inv_norms(const uint4& qraw, const uint4& kraw) {
+  float qf[8], kf[8];
+  unpack8(qraw, qf);
+  unpack8(kraw, kf);
+  float ssq = 0.f, ssk = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    ssq = fmaf(qf[e], qf[e], ssq);
+    ssk = fmaf(kf[e], kf[e], ssk);
+  }
+#pragma unroll
+  for (int off = QL / 2; off > 0; off >>= 1) {  // the QL lanes of one token
+    ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
+    ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+  }
+  return make_float2(1.f / sqrtf(ssq + 1e-6f), 1.f / sqrtf(ssk + 1e-6f));
+}
+
+// 8 q and 8 k values scaled by their inverse norms, rounded to tf32, stored.
+__device__ __forceinline__ void store_qk8(const uint4& qraw, const uint4& kraw, float2 inv, float* qd, float* kd) {
+  float qf[8], kf[8];
+  unpack8(qraw, qf);
+  unpack8(kraw, kf);
+#pragma unroll
+  for (int e = 0; e < 8; e += 4) {
+    *reinterpret_cast<float4*>(kd + e) = make_float4(tf32_round(kf[e] * inv.y), tf32_round(kf[e + 1] * inv.y),
+                                                     tf32_round(kf[e + 2] * inv.y), tf32_round(kf[e + 3] * inv.y));
+    *reinterpret_cast<float4*>(qd + e) = make_float4(tf32_round(qf[e] * inv.x), tf32_round(qf[e + 1] * inv.x),
+                                                     tf32_round(qf[e + 2] * inv.x), tf32_round(qf[e + 3] * inv.x));
   }
 }
 

@@ -5,7 +5,7 @@
 //   1. prep (parallel over chunk x v head): A_ij = beta_i e^{G_i-G_j} k_i.k_j (j < i),
 //      T = (I + A)^-1 by forward substitution, [U | W] = T [beta v | beta e^G k] (3xTF32);
 //   2. scan (one CTA per stream x v head x v block, chunks in order; on sm_90a the
-//      wgmma scan of gdn_split_scan_wg.cuh, elsewhere the mma.sync scan below):
+//      wgmma scan of gdn_split_scan_st.cuh, elsewhere the mma.sync scan below):
 //      Delta_c = U_c - W_c S_c^T, P_c = Q_c S_c^T, S_{c+1} = e^{G_last} S_c + (e^{G_last-G} Delta_c)^T K_c,
 //      storing P_c and Delta_c (over U_c) for step 3 (P: T x v_dim per head, 1/4 of S_c's bytes at d128);
 //   3. out (parallel over chunk x v head): o = e^G P_c + tril(e^{G_i-G_j} q.k) Delta_c.
@@ -40,6 +40,7 @@ constexpr int kC = kGdnChunk;  // tokens per chunk (one warp's lanes: the g scan
 constexpr int kThreads = 256;  // 8 warps
 
 constexpr int kCS = kC + 4;    // stride of [C][C] tiles (4 mod 32: conflict-free A / B fragments)
+constexpr int kScanStBlocks[] = {8, 16, 32, 64};  // the Hopper scan's v block widths, narrowest first
 
 // Stride of [rows][k_dim] tf32 tiles read as mma fragments along a row: k_dim padded
 // to 32, plus 4 (4 mod 32: the 32 lanes of a fragment load hit 32 banks).
@@ -104,56 +105,58 @@ __global__ void __launch_bounds__(kThreads, 3) gdn_split_prep(SplitParams s) {
   float* B_s = G_s + kC;           // [C]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  // q, k of this k head: L2-normalised (eps 1e-6 inside the sqrt), rounded to tf32;
-  // the group's first v head also stores them for the scan and the outputs.
-  const bool store_qk = h % group == 0;
-  for (int i = warp; i < kC; i += kThreads / 32) {
-    const uint16_t* row = p.conv_out + static_cast<size_t>(t0 + i) * p.conv_dim;
-    float ssq = 0.f, ssk = 0.f;
-    for (int c = lane; c < dk; c += 32) {
-      const float qv = i < n ? bf16_to_float(row[static_cast<size_t>(kh) * dk + c]) : 0.f;
-      const float kv = i < n ? bf16_to_float(row[static_cast<size_t>(p.num_k_heads + kh) * dk + c]) : 0.f;
-      ssq = fmaf(qv, qv, ssq);
-      ssk = fmaf(kv, kv, ssk);
-      Q_s[i * KS + c] = qv;
-      K_s[i * KS + c] = kv;
+  // q, k of this k head: 16-byte pieces (8 bf16) a lane, 16 lanes a token, every load in
+  // flight before the first use; L2-normalised (eps 1e-6 inside the sqrt) and rounded to
+  // tf32 as the chunked prep does (gdn_chunk_math.cuh); zero past n and k_dim.
+  const bool store_qk = h % group == 0;  // the group's first v head also stores them
+  {
+    constexpr int QL = 16, QR = kC * QL / kThreads;
+    static_assert(QR * kThreads == kC * QL, "whole warps per staging slot");
+    uint4 qr[QR], kr[QR];
+#pragma unroll
+    for (int r = 0; r < QR; ++r) {
+      const int idx = tid + r * kThreads, tt = idx / QL, col = 8 * (idx % QL);
+      qr[r] = kr[r] = make_uint4(0, 0, 0, 0);
+      if (tt < n && col < dk) {
+        const uint16_t* row = p.conv_out + static_cast<size_t>(t0 + tt) * p.conv_dim;
+        qr[r] = *reinterpret_cast<const uint4*>(row + static_cast<size_t>(kh) * dk + col);
+        kr[r] = *reinterpret_cast<const uint4*>(row + static_cast<size_t>(p.num_k_heads + kh) * dk + col);
+      }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
-      ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
-    }
-    const float iq = 1.f / sqrtf(ssq + 1e-6f), ik = 1.f / sqrtf(ssk + 1e-6f);
-    for (int c = lane; c < dk; c += 32) {
-      const float qn = tf32_round(Q_s[i * KS + c] * iq), kn = tf32_round(K_s[i * KS + c] * ik);
-      K_s[i * KS + c] = kn;
-      if (store_qk && i < n) {
-        const size_t o = (static_cast<size_t>(t0 + i) * p.num_k_heads + kh) * dk + c;
-        s.Kn[o] = kn;
-        s.Qn[o] = qn;
-      }
-      if (store_qk && s.Qimg) {  // rows past n: q = k = 0 here
-        const size_t img = (static_cast<size_t>(it.chunk) * p.num_k_heads + kh) * kC * s.kp;
-        s.Qimg[img + gdn_image_index(kC, i, c)] = qn;
-        s.Ktimg[img + gdn_image_index(s.kp, c, i)] = kn;
-      }
-    }
-  }
-  if (s.Wimg) {  // the images' zeros: W's rows past n, and every image's k past k_dim
-    const size_t wimg = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC * s.kp;
-    const size_t img = (static_cast<size_t>(it.chunk) * p.num_k_heads + kh) * kC * s.kp;
-    for (int e = tid; e < kC * s.kp; e += kThreads) {
-      const int i = e / s.kp, c = e % s.kp;
-      if (i >= n || c >= dk) s.Wimg[wimg + gdn_image_index(kC, i, c)] = 0.f;
-      if (store_qk && c >= dk) {
-        s.Qimg[img + gdn_image_index(kC, i, c)] = 0.f;
-        s.Ktimg[img + gdn_image_index(s.kp, c, i)] = 0.f;
-      }
+    for (int r = 0; r < QR; ++r) {
+      const int idx = tid + r * kThreads, tt = idx / QL, col = 8 * (idx % QL);
+      const float2 inv = qk_inv_norms<QL>(qr[r], kr[r]);
+      if (col < KS - 4) store_qk8(qr[r], kr[r], inv, Q_s + tt * KS + col, K_s + tt * KS + col);
     }
   }
   load_chunk_gates(s.p.g, s.p.beta, s.p.num_v_heads, t0, n, h, G_s, B_s);
   __syncthreads();
   if (tid < n) s.G[static_cast<size_t>(t0 + tid) * p.num_v_heads + h] = G_s[tid];
+  if (store_qk) {  // Kn, Qn (rows < n) for the out pass, the images (every row, zero past n and k_dim)
+    const int dk4 = dk / 4;
+    for (int e = tid; e < n * dk4; e += kThreads) {
+      const int i = e / dk4, c = 4 * (e % dk4);
+      const size_t o = (static_cast<size_t>(t0 + i) * p.num_k_heads + kh) * dk + c;
+      *reinterpret_cast<float4*>(s.Kn + o) = *reinterpret_cast<const float4*>(K_s + i * KS + c);
+      *reinterpret_cast<float4*>(s.Qn + o) = *reinterpret_cast<const float4*>(Q_s + i * KS + c);
+    }
+    if (s.Qimg) {
+      const size_t img = (static_cast<size_t>(it.chunk) * p.num_k_heads + kh) * kC * s.kp;
+      for (int e = tid; e < kC * s.kp; e += kThreads) {
+        const int i = e / s.kp, c = e % s.kp;
+        s.Qimg[img + gdn_image_index(kC, i, c)] = c < dk ? Q_s[i * KS + c] : 0.f;
+        s.Ktimg[img + gdn_image_index(s.kp, c, i)] = c < dk ? K_s[i * KS + c] : 0.f;
+      }
+    }
+  }
+  if (s.Wimg) {  // W's zeros: rows past n, k past k_dim (the product below writes the rest)
+    const size_t wimg = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC * s.kp;
+    for (int e = tid; e < kC * s.kp; e += kThreads) {
+      const int i = e / s.kp, c = e % s.kp;
+      if (i >= n || c >= dk) s.Wimg[wimg + gdn_image_index(kC, i, c)] = 0.f;
+    }
+  }
 
   // A_ij = beta_i e^{G_i-G_j} k_i.k_j, j < i (zero on and above the diagonal; no exp there)
   {
@@ -188,21 +191,34 @@ __global__ void __launch_bounds__(kThreads, 3) gdn_split_prep(SplitParams s) {
   const int fg = lane >> 2, ft = lane & 3, pa = warp >> 2, pn = (warp & 3) * kPrepTN;
   const size_t wimg = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC * s.kp;
   for (int c0 = 0; c0 < dv + dk; c0 += kPrepCols) {
+    // The block's v columns as 16-byte pieces (8 bf16), every load in flight before the
+    // first use (v_dim and k_dim are multiples of 8: a piece is all v or all k).
+    constexpr int RP = kPrepCols / 8, RR = kC * RP / kThreads;
+    static_assert(RR * kThreads == kC * RP, "whole pieces per thread");
+    uint4 vr[RR];
+#pragma unroll
+    for (int r = 0; r < RR; ++r) {
+      const int e = tid + r * kThreads, i = e / RP, c = c0 + 8 * (e % RP);
+      vr[r] = make_uint4(0, 0, 0, 0);
+      if (i < n && c < dv)
+        vr[r] = *reinterpret_cast<const uint4*>(p.conv_out + static_cast<size_t>(t0 + i) * p.conv_dim +
+                                                static_cast<size_t>(2 * p.num_k_heads) * dk + static_cast<size_t>(h) * dv + c);
+    }
     __syncthreads();  // T_s written; the previous block's reads of R_s done
-    for (int e = tid; e < kC * kPrepCols; e += kThreads) {
-      const int i = e / kPrepCols, c = c0 + e % kPrepCols;
-      float b = 0.f;
-      if (i < n && c < dv + dk) {
-        if (c < dv) {
-          const size_t off = static_cast<size_t>(t0 + i) * p.conv_dim + static_cast<size_t>(2 * p.num_k_heads) * dk +
-                             static_cast<size_t>(h) * dv + c;
-          b = B_s[i] * bf16_to_float(p.conv_out[off]);
-        } else {
-          const float bw = B_s[i] * expf(G_s[i]);
-          b = bw * K_s[i * KS + (c - dv)];
-        }
+#pragma unroll
+    for (int r = 0; r < RR; ++r) {
+      const int e = tid + r * kThreads, i = e / RP, cl = 8 * (e % RP), c = c0 + cl;
+      float b[8];
+      unpack8(vr[r], b);
+      const float bw = B_s[i] * expf(G_s[i]);
+#pragma unroll
+      for (int x = 0; x < 8; ++x) {
+        if (i >= n || c >= dv + dk) b[x] = 0.f;
+        else if (c < dv) b[x] = B_s[i] * b[x];
+        else b[x] = bw * K_s[i * KS + (c - dv) + x];
       }
-      R_s[i * kPrepRS + e % kPrepCols] = b;
+      *reinterpret_cast<float4*>(R_s + i * kPrepRS + cl) = make_float4(b[0], b[1], b[2], b[3]);
+      *reinterpret_cast<float4*>(R_s + i * kPrepRS + cl + 4) = make_float4(b[4], b[5], b[6], b[7]);
     }
     __syncthreads();
     float d[kPrepTN][4];
@@ -482,7 +498,7 @@ size_t out_smem(int dk) {
   return sizeof(float) * (2 * kC * ks_of(dk) + kC * kCS + kC * kOutDS + kC);
 }
 
-#include "kernels/gdn_split_scan_wg.cuh"
+#include "kernels/gdn_split_scan_st.cuh"
 
 // One scan kernel's launch, its dynamic shared memory allowed on the first call.
 template <auto Kernel, int Threads, size_t Smem>
@@ -496,10 +512,23 @@ cudaError_t launch_scan_kernel(cudaStream_t stream, unsigned grid, const SplitPa
   Kernel<<<grid, Threads, Smem, stream>>>(s);
   return cudaGetLastError();
 }
+template <int KP, int N>
+cudaError_t launch_scan_st(cudaStream_t stream, unsigned grid, const SplitParams& s) {
+  using T = GdnScanStTraits<KP, N>;
+  return launch_scan_kernel<gdn_split_scan_st<KP, N>, T::kThreads, T::kSmem>(stream, grid, s);
+}
 template <int KP>
-cudaError_t launch_scan_wg(cudaStream_t stream, unsigned grid, const SplitParams& s) {
-  using T = GdnScanWgTraits<KP>;
-  return launch_scan_kernel<gdn_split_scan_wg<KP>, T::kThreads, T::kSmem>(stream, grid, s);
+cudaError_t launch_scan_st(cudaStream_t stream, unsigned grid, const SplitParams& s, int vb) {
+  return vb == 8 ? launch_scan_st<KP, 8>(stream, grid, s) : vb == 16 ? launch_scan_st<KP, 16>(stream, grid, s)
+         : vb == 32 ? launch_scan_st<KP, 32>(stream, grid, s) : launch_scan_st<KP, 64>(stream, grid, s);
+}
+// The Hopper scan's v block: the narrowest whose CTAs are all resident at once (one an SM),
+// since then the chain of chunks, not the throughput, sets the time and a narrower block
+// walks a shorter step; 64 when even that width gives more CTAs than SMs.
+int scan_st_block(long long heads, int dv) {
+  for (int vb : kScanStBlocks)
+    if (heads * ((dv + vb - 1) / vb) <= detail::sm_count()) return vb;
+  return 64;
 }
 template <int KP, int VB>
 cudaError_t launch_scan(cudaStream_t stream, unsigned grid, const SplitParams& s) {
@@ -563,7 +592,7 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   // (16 x 32 has too few state tiles for 8 warps).
   const long long heads = static_cast<long long>(args.batch_size) * shape.num_v_heads;
   const bool wide = kp == 32 || heads * ((shape.v_dim + 31) / 32) >= 2LL * detail::sm_count();
-  const int vb = wg ? GdnScanWgTraits<128>::kVB : wide ? 32 : 16;
+  const int vb = wg ? scan_st_block(heads, shape.v_dim) : wide ? 32 : 16;
   s.p.blocks = (shape.v_dim + vb - 1) / vb;
   const size_t b1 = prep_smem(shape.k_dim), b3 = out_smem(shape.k_dim);
   static bool configured = false;  // once, at the largest sizes (k_dim 128)
@@ -580,8 +609,8 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   gdn_split_prep<<<par, kThreads, b1, stream>>>(s);
   cudaError_t e = cudaSuccess;
   const unsigned grid = static_cast<unsigned>(scan_ctas);
-  if (wg) e = kp == 32 ? launch_scan_wg<32>(stream, grid, s) : kp == 64 ? launch_scan_wg<64>(stream, grid, s)
-                                                           : launch_scan_wg<128>(stream, grid, s);
+  if (wg) e = kp == 32 ? launch_scan_st<32>(stream, grid, s, vb) : kp == 64 ? launch_scan_st<64>(stream, grid, s, vb)
+                                                               : launch_scan_st<128>(stream, grid, s, vb);
   else if (kp == 32) e = launch_scan<32, 32>(stream, grid, s);
   else if (kp == 64) e = wide ? launch_scan<64, 32>(stream, grid, s) : launch_scan<64, 16>(stream, grid, s);
   else e = wide ? launch_scan<128, 32>(stream, grid, s) : launch_scan<128, 16>(stream, grid, s);

@@ -28,7 +28,7 @@ GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, 
 
 // True when launch_gdn_split takes this shape (the chunked kernel's shapes).
 bool gdn_split_supports(const LayerShape& shape);
-// True when its scan is the Hopper one (gdn_split_scan_wg.cuh: wgmma, bulk copies; on a
+// True when its scan is the Hopper one (gdn_split_scan_st.cuh: wgmma, bulk copies; on a
 // compute capability 9.0 device): the layout then has the operand images instead of W.
 bool gdn_split_scan_wg_runs(const LayerShape& shape);
 

@@ -1,12 +1,13 @@
-// gdn_split_image.cuh: the layout in which the split's prep writes the B operands of the
-// Hopper scan (gdn_split_scan_wg.cuh), so that one bulk copy per operand lands a wgmma-
+// gdn_split_image.cuh: the layout in which the split's prep writes the A operands of the
+// Hopper scan (gdn_split_scan_st.cuh), so that one bulk copy per operand lands a wgmma-
 // ready tile: per 32-token chunk, W [32 tokens][KP k] (per v head), Q [32][KP] and K^T
 // [KP k][32 tokens] (per k head), tf32 values, zero past the chunk's end and past k_dim.
 // An image of `rows` rows is K-major with the 128-byte swizzle: KP / 32 slabs of
 // [rows][32 values], 16-byte piece XOR (row % 8), as wgmma's descriptors read it from a
 // 1024-byte aligned base. Along its reduction index the values sit in the perm8 order:
-// position p of each 8 holds index 2p (p < 4) or 2 (p - 4) + 1, the order in which a
-// thread's accumulators become its A fragment (gdn_split_scan_wg.cuh).
+// position p of each 8 holds index 2p (p < 4) or 2 (p - 4) + 1. The scan writes its B
+// operands (tf32 S and E Delta) by the same index, so each product's operands agree; the
+// order itself is a leftover of an earlier scan whose accumulators became A fragments.
 #pragma once
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // mbarrier.cuh: the Hopper mbarrier and bulk-copy (TMA without a tensor map) PTX
-// wrappers the warp-specialized kernels share (attention_ws.cu, gdn_split_scan_wg.cuh).
+// wrappers the warp-specialized kernels share (attention_ws.cu, gdn_split_scan_st.cuh).
 // sm_90a only (PB_WGMMA_ENABLED, wgmma.cuh). Invariant: a phase completes when its
 // pending arrivals reach zero and its transaction count (expect_tx bytes minus the
 // bytes the bulk copies completed on it) is zero; waiters name the phase by parity.
