@@ -92,8 +92,8 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
 // The split runs only when asked for (`--impl gdn=split`). No auto rule: one that
 // looks at the batch (few long streams) would pick another kernel for a stream run
 // alone than co-batched, which the invariance check rightly fails; and by shape alone
-// the split loses where it should win (2/8 heads, 2 x 4096: 0.82x chunked) and wins
-// only 1.13x at 1 x 65536 (kernels/PERF-NOTES.md "gdn split v2", H200).
+// the split still trails the chunked walk where it should win (2/8 heads: 0.81x at
+// 1 x 65536, 0.87x at 2 x 4096; kernels/PERF-NOTES.md "Session 33", H200).
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
 // The warp-specialized kernel (attention_ws.cu) when asked for or under auto, where
 // the shape and device allow it; its q-tiles are its own (attention_tile_rows).
