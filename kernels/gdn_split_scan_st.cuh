@@ -147,15 +147,17 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
   // ---- consumers. S^T tile mt: warp w holds k rows 64 mt + 16 w + g (+ 8), v columns 8 j + 2 t (+ 1).
   // [Delta' ; P]: rows 16 w + g (+ 8); warps 0-1 hold Delta's tokens, warps 2-3 P's.
   float S[MT][NJ][4];
+  auto each_state = [&](auto&& f) {  // f(element, k, v) for each of this thread's S^T elements
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int j = 0; j < NJ; ++j)
+      for (int j = 0; j < NJ; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int k = 64 * mt + 16 * warp + g + 8 * (e >> 1), v = 8 * j + 2 * t + (e & 1);
-        S[mt][j][e] = v < vn && k < dk ? head.S_g[static_cast<size_t>(v0 + v) * dk + k] : 0.f;
-      }
+        for (int e = 0; e < 4; ++e) f(S[mt][j][e], 64 * mt + 16 * warp + g + 8 * (e >> 1), 8 * j + 2 * t + (e & 1));
+  };
+  each_state([&](float& x, int k, int v) {
+    x = v < vn && k < dk ? head.S_g[static_cast<size_t>(v0 + v) * dk + k] : 0.f;
+  });
   const bool dw = warp < 2;                    // warp-uniform: Delta rows, else P rows
   const int tokA = (16 * warp + g) & 31, tokB = tokA + 8;
   // This thread's gates of chunk c: G at tokA, tokB (0 past the end) and G_last.
@@ -179,15 +181,9 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
     const int t0 = sr.begin + c * kC, n = min(kC, sr.end - t0);
     const uint32_t base = sm_u + st * T::kStage;
     // tf32(S) of the state entering the chunk, as B [N v][KP k] (rows k >= KP are padding).
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int k = 64 * mt + 16 * warp + g + 8 * (e >> 1), v = 8 * j + 2 * t + (e & 1);
-          sts_if(Sb + 4 * gdn_image_index(N, v, k & (KP - 1)), tf32_bits(S[mt][j][e]), k < KP);
-        }
+    each_state([&](float& x, int k, int v) {
+      sts_if(Sb + 4 * gdn_image_index(N, v, k & (KP - 1)), tf32_bits(x), k < KP);
+    });
     fence_proxy_async();
     named_barrier_sync(1, T::kConsumers);  // Sb complete
     mbar_wait(full0 + 8 * st, (c / kS) & 1);
@@ -215,12 +211,7 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
       }
     fence_proxy_async();
     named_barrier_sync(1, T::kConsumers);  // Db complete
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) S[mt][j][e] *= gl;
+    each_state([&](float& x, int, int) { x *= gl; });
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) pin_acc(S[mt]);
     wgmma_fence();
@@ -246,14 +237,8 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
     g_cur = g_next;
     g_next = g_after;
   }
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int k = 64 * mt + 16 * warp + g + 8 * (e >> 1), v = 8 * j + 2 * t + (e & 1);
-        if (v < vn && k < dk) head.S_g[static_cast<size_t>(v0 + v) * dk + k] = S[mt][j][e];
-      }
+  each_state([&](float& x, int k, int v) {
+    if (v < vn && k < dk) head.S_g[static_cast<size_t>(v0 + v) * dk + k] = x;
+  });
 #endif
 }
