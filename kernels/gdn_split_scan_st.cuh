@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < KP / 8; ++ks)
-      WgmmaTf32Ss<N>::run(X, image_kstep_desc(base + T::kWQ, 2 * kC, ks), image_kstep_desc(Sb, N, ks), ks > 0);
+      wgmma_tf32_ss(X, image_kstep_desc(base + T::kWQ, 2 * kC, ks), image_kstep_desc(Sb, N, ks), ks > 0);
     wgmma_commit();
     const float* U = reinterpret_cast<const float*>(sm + st * T::kStage + T::kU);
     const float eA = expf(g_cur.z - g_cur.x), eB = expf(g_cur.z - g_cur.y), gl = expf(g_cur.z);
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int ks = 0; ks < kC / 8; ++ks)
-        WgmmaTf32Ss<N>::run(S[mt], image_kstep_desc(base + T::kK + mt * 64 * 128, T::kKM, ks), image_kstep_desc(Db, N, ks), 1);
+        wgmma_tf32_ss(S[mt], image_kstep_desc(base + T::kK + mt * 64 * 128, T::kKM, ks), image_kstep_desc(Db, N, ks), 1);
     wgmma_commit();
     // Delta over U and P, for the out pass; under the update
     float* dst = dw ? s.U : s.P;

@@ -168,53 +168,35 @@ struct WgmmaTf32Rs<128> {
 
 // tf32 with both operands K-major in 128-byte-swizzled shared memory (the split's
 // transposed-state scan: A = [W ; Q] or K^T, B = the state or E Delta); scale_d 0 overwrites D.
-__device__ __forceinline__ void wgmma_tf32_ss_n8(float (&d)[1][4], uint64_t da, uint64_t db, int scale_d) {
+// One overload per N (8, 16, 32, 64), chosen by the accumulator array's size.
+__device__ __forceinline__ void wgmma_tf32_ss(float (&d)[1][4], uint64_t da, uint64_t db, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
       : "l"(da), "l"(db), "r"(scale_d));
 }
-__device__ __forceinline__ void wgmma_tf32_ss_n16(float (&d)[2][4], uint64_t da, uint64_t db, int scale_d) {
+__device__ __forceinline__ void wgmma_tf32_ss(float (&d)[2][4], uint64_t da, uint64_t db, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
       : "l"(da), "l"(db), "r"(scale_d));
 }
-__device__ __forceinline__ void wgmma_tf32_ss_n32(float (&d)[4][4], uint64_t da, uint64_t db, int scale_d) {
+__device__ __forceinline__ void wgmma_tf32_ss(float (&d)[4][4], uint64_t da, uint64_t db, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
       : "l"(da), "l"(db), "r"(scale_d));
 }
-__device__ __forceinline__ void wgmma_tf32_ss_n64(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
+__device__ __forceinline__ void wgmma_tf32_ss(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
       : "l"(da), "l"(db), "r"(scale_d));
 }
-template <int N>
-struct WgmmaTf32Ss;
-template <>
-struct WgmmaTf32Ss<8> {
-  static __device__ __forceinline__ void run(float (&d)[1][4], uint64_t da, uint64_t db, int sd) { wgmma_tf32_ss_n8(d, da, db, sd); }
-};
-template <>
-struct WgmmaTf32Ss<16> {
-  static __device__ __forceinline__ void run(float (&d)[2][4], uint64_t da, uint64_t db, int sd) { wgmma_tf32_ss_n16(d, da, db, sd); }
-};
-template <>
-struct WgmmaTf32Ss<32> {
-  static __device__ __forceinline__ void run(float (&d)[4][4], uint64_t da, uint64_t db, int sd) { wgmma_tf32_ss_n32(d, da, db, sd); }
-};
-template <>
-struct WgmmaTf32Ss<64> {
-  static __device__ __forceinline__ void run(float (&d)[8][4], uint64_t da, uint64_t db, int sd) { wgmma_tf32_ss_n64(d, da, db, sd); }
-};
-
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
