@@ -25,10 +25,9 @@
 // after kernels/mbarrier.cuh, wgmma.cuh and gdn_split_image.cuh.
 
 // The scan's tuning knobs, per padded k_dim and block width.
-template <int KP, int N>
+template <int KP, int N>  // N: v rows per CTA, wgmma's N
 struct GdnScanStTraits {
   static constexpr int kC = kGdnChunk;          // tokens per chunk
-  static constexpr int kN = N;                  // v rows per CTA: wgmma's N
   static constexpr int kThreads = 160;          // 4 consumer warps + 1 producer warp
   static constexpr int kConsumers = 128;
   static constexpr int kMT = KP < 64 ? 1 : KP / 64;  // m64 tiles of S^T
@@ -110,13 +109,13 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if (T::kKM > KP && warp < 4) {  // K^T rows KP..63 of every stage: zero once (the copies fill rows < KP)
-    constexpr int kPad = (T::kKM - KP) * 32 + (T::kKM == KP);  // floats a stage (1: no padding, never read)
-    for (int i = tid; i < kS * (T::kKM - KP) * 32; i += T::kConsumers) {
-      const int st = i / kPad, r = i % kPad;
-      reinterpret_cast<float*>(sm + st * T::kStage + T::kK + KP * 128)[r] = 0.f;
+  if constexpr (T::kKM > KP) {  // K^T rows KP..63 of every stage: zero once (the copies fill rows < KP)
+    constexpr int kPad = (T::kKM - KP) * 32;  // floats a stage
+    if (warp < 4) {
+      for (int i = tid; i < kS * kPad; i += T::kConsumers)
+        reinterpret_cast<float*>(sm + (i / kPad) * T::kStage + T::kK + KP * 128)[i % kPad] = 0.f;
+      fence_proxy_async();
     }
-    fence_proxy_async();
   }
   __syncthreads();
 
