@@ -69,8 +69,9 @@ struct SplitParams {
   float *G, *W, *U, *Kn, *Qn, *P;  // P: q_i tf32(S_c)^T per token, v head and v row
   // The Hopper scan's operand images (gdn_split_image.cuh), per chunk index: W per v head,
   // Q and K^T per k head, kp values wide. Null when the mma.sync scan runs (which reads W).
-  float *Wimg, *Qimg, *Ktimg;
-  int kp;
+  // U | E per (chunk index, v head, block of vb v rows) (gdn_ue_floats); null with W.
+  float *Wimg, *Qimg, *Ktimg, *Uimg;
+  int kp, vb;
 };
 
 // ---- 1. prep: per (chunk, v head). Shared: K, Q [C][KS] tf32, A, T [C][CS], the
@@ -133,6 +134,15 @@ __global__ void __launch_bounds__(kThreads, 3) gdn_split_prep(SplitParams s) {
   load_chunk_gates(s.p.g, s.p.beta, s.p.num_v_heads, t0, n, h, G_s, B_s);
   __syncthreads();
   if (tid < n) s.G[static_cast<size_t>(t0 + tid) * p.num_v_heads + h] = G_s[tid];
+  // The scan's U | E images of this (chunk, v head): U by the product below, E here
+  // (E_j, 1 past n; e^{G_last}; padding), once per v block.
+  if (s.Uimg && tid < kGdnEImg) {
+    const int ue = gdn_ue_floats(s.vb);
+    float* img = s.Uimg + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * p.blocks * ue;
+    const float G_last = G_s[n - 1];
+    const float e = tid < kC ? expf(G_last - (tid < n ? G_s[tid] : G_last)) : tid == kC ? expf(G_last) : 0.f;
+    for (int b = 0; b < p.blocks; ++b) img[b * ue + kC * s.vb + tid] = e;
+  }
   if (store_qk) {  // Kn, Qn (rows < n) for the out pass, the images (every row, zero past n and k_dim)
     const int dk4 = dk / 4;
     for (int e = tid; e < n * dk4; e += kThreads) {
@@ -223,17 +233,44 @@ __global__ void __launch_bounds__(kThreads, 3) gdn_split_prep(SplitParams s) {
     __syncthreads();
     float d[kPrepTN][4];
     lower_product_3xtf32<kPrepTN, kC>(d, T_s, kCS, R_s, kPrepRS, pa, pn, fg, ft, true);
+    if (!s.Uimg) {  // CTA-uniform: the mma.sync scan's layouts, U and W per token row
+#pragma unroll
+      for (int ni = 0; ni < kPrepTN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 16 * pa + fg + 8 * (e >> 1), c = c0 + 8 * (pn + ni) + 2 * ft + (e & 1);
+          if (i >= n || c >= dv + dk) continue;
+          const size_t row = static_cast<size_t>(t0 + i) * hv_row + h;
+          if (c < dv) s.U[row * dv + c] = d[ni][e];
+          else s.W[row * dk + (c - dv)] = tf32_round(d[ni][e]);
+        }
+      continue;
+    }
+    // The Hopper scan's images: the block through R_s, then 4 columns a thread (v_dim and
+    // k_dim are multiples of 8, so 4 columns are all U or all W, and in one v block).
+    __syncthreads();  // every warp's reads of R_s (the right-hand side) done
 #pragma unroll
     for (int ni = 0; ni < kPrepTN; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 16 * pa + fg + 8 * (e >> 1), c = c0 + 8 * (pn + ni) + 2 * ft + (e & 1);
-        if (i >= n || c >= dv + dk) continue;
-        const size_t row = static_cast<size_t>(t0 + i) * hv_row + h;
-        if (c < dv) s.U[row * dv + c] = d[ni][e];
-        else if (s.Wimg) s.Wimg[wimg + gdn_image_index(kC, i, c - dv)] = tf32_round(d[ni][e]);
-        else s.W[row * dk + (c - dv)] = tf32_round(d[ni][e]);
+      for (int e = 0; e < 4; ++e)
+        R_s[(16 * pa + fg + 8 * (e >> 1)) * kPrepRS + 8 * (pn + ni) + 2 * ft + (e & 1)] = d[ni][e];
+    __syncthreads();
+    const int ue = gdn_ue_floats(s.vb);
+    float* uimg = s.Uimg + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * p.blocks * ue;
+    for (int e = tid; e < n * (kPrepCols / 4); e += kThreads) {
+      const int i = e / (kPrepCols / 4), cl = 4 * (e % (kPrepCols / 4)), c = c0 + cl;
+      if (c >= dv + dk) continue;
+      const float4 x = *reinterpret_cast<const float4*>(R_s + i * kPrepRS + cl);
+      if (c < dv) {
+        *reinterpret_cast<float4*>(uimg + (c / s.vb) * ue + i * s.vb + c % s.vb) = x;
+      } else {
+        const int kc = c - dv;
+        s.Wimg[wimg + gdn_image_index(kC, i, kc)] = tf32_round(x.x);
+        s.Wimg[wimg + gdn_image_index(kC, i, kc + 1)] = tf32_round(x.y);
+        s.Wimg[wimg + gdn_image_index(kC, i, kc + 2)] = tf32_round(x.z);
+        s.Wimg[wimg + gdn_image_index(kC, i, kc + 3)] = tf32_round(x.w);
       }
+    }
   }
 }
 
@@ -550,12 +587,16 @@ GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, 
   l.Qn = l.Kn + gdn_round256(T * Hk * dk * 4);
   l.P = l.Qn + gdn_round256(T * Hk * dk * 4);
   l.bytes = l.P + gdn_round256(T * Hv * dv * 4);
-  if (wg) {  // images per chunk index: W per v head, Q and K^T per k head
+  if (wg) {  // images per chunk index: W and E per v head, Q and K^T per k head
     const uint64_t img = uint64_t(kGdnChunk) * gdn_kp_of(shape.k_dim) * 4, C = l.list.max_chunks;
     l.Wimg = gdn_round256(l.bytes);
     l.Qimg = l.Wimg + gdn_round256(C * Hv * img);
     l.Ktimg = l.Qimg + gdn_round256(C * Hk * img);
-    l.bytes = l.Ktimg + gdn_round256(C * Hk * img);
+    // U | E at the largest size any v block width the scan may take gives
+    uint64_t ue = 0;
+    for (const int vb : kScanStBlocks) ue = std::max<uint64_t>(ue, ((dv + vb - 1) / vb) * uint64_t(gdn_ue_floats(vb)));
+    l.Uimg = l.Ktimg + gdn_round256(C * Hk * img);
+    l.bytes = l.Uimg + gdn_round256(C * Hv * ue * 4);
   }
   return l;
 }
@@ -586,6 +627,7 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   s.Wimg = wg ? reinterpret_cast<float*>(scratch + l.Wimg) : nullptr;
   s.Qimg = wg ? reinterpret_cast<float*>(scratch + l.Qimg) : nullptr;
   s.Ktimg = wg ? reinterpret_cast<float*>(scratch + l.Ktimg) : nullptr;
+  s.Uimg = wg ? reinterpret_cast<float*>(scratch + l.Uimg) : nullptr;
   const int kp = s.kp = gdn_kp_of(shape.k_dim);
   // The scan's v block: 32 rows when that still gives two CTAs per SM, else 16
   // (the chain of chunks, not the throughput, then sets the time); 32 at k_dim <= 32
@@ -594,6 +636,7 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   const bool wide = kp == 32 || heads * ((shape.v_dim + 31) / 32) >= 2LL * detail::sm_count();
   const int vb = wg ? scan_st_block(heads, shape.v_dim) : wide ? 32 : 16;
   s.p.blocks = (shape.v_dim + vb - 1) / vb;
+  s.vb = vb;
   const size_t b1 = prep_smem(shape.k_dim), b3 = out_smem(shape.k_dim);
   static bool configured = false;  // once, at the largest sizes (k_dim 128)
   if (!configured) {

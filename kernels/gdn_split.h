@@ -22,7 +22,7 @@ namespace pb::kernels {
 // Sizes from the scalars only.
 struct GdnSplitLayout {
   GdnChunkList list;
-  uint64_t G = 0, W = 0, U = 0, Kn = 0, Qn = 0, P = 0, Wimg = 0, Qimg = 0, Ktimg = 0, bytes = 0;
+  uint64_t G = 0, W = 0, U = 0, Kn = 0, Qn = 0, P = 0, Wimg = 0, Qimg = 0, Ktimg = 0, Uimg = 0, bytes = 0;
 };
 GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, uint32_t batch_size);
 

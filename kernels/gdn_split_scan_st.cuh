@@ -2,7 +2,9 @@
 // transposed: per (stream, v head, block of N v rows) one consumer warpgroup keeps the fp32
 // S^T [KP k][N v] in wgmma accumulators (KP / 64 tiles of m64, at least one) for the whole
 // stream, and one producer warp streams each 32-token chunk's operands into a ring of
-// shared-memory stages by bulk copies. Per chunk (gdn_split.cu's scan, the same products):
+// shared-memory stages by bulk copies: 2 KP / 32 + 2 a chunk ([W ; Q] by slabs, K^T, U | E),
+// since the copies' per-request cost (~40 ns on the H200) set the pace at one copy a U row.
+// Per chunk (gdn_split.cu's scan, the same products):
 //   [Delta' ; P] = [W ; Q] tf32(S)^T      (m64nNk8 over k: A = the prep's [W ; Q] image,
 //                                          B = tf32(S) [N v][KP k], written by the consumers)
 //   Delta = U - Delta';  S^T = e^{G_last} S^T + K^T tf32(E Delta)   (m64nNk8 over the tokens:
@@ -18,8 +20,8 @@
 // fp32 sums differs from the mma.sync scan: the lp (GdnPrecision::tf32_split) is the same.
 // Invariants: one CTA = 160 threads (warps 0-3 consumers, warp 4 the producer); a stage is
 // filled once per chunk and released by every consumer thread before it is refilled (full /
-// empty mbarriers); the gates come to the consumers from global memory two chunks ahead (no
-// plain shared-memory hand-off between producer and consumers); rows past the stream's end
+// empty mbarriers), every input of a chunk (the decays too) by bulk copy (no plain shared-
+// memory hand-off between producer and consumers); rows past the stream's end
 // and v rows past v_dim are never stored, and their E Delta enters the state as an exact zero.
 // Included by gdn_split.cu inside its anonymous namespace (it uses that file's SplitParams),
 // after kernels/mbarrier.cuh, wgmma.cuh and gdn_split_image.cuh.
@@ -36,9 +38,10 @@ struct GdnScanStTraits {
   static constexpr int kSlab = kC * 128;        // bytes of one 32-value slab of a W or Q image
   static constexpr int kWQ = 0;                 // [KP / 32][W's 32 rows, Q's 32 rows][32]: one 64-row operand
   static constexpr int kK = 2 * kImg;           // K^T [kKM][32 tokens]: one slab
-  static constexpr int kU = kK + kKM * 128;     // U [32 tokens][kUS]
-  static constexpr int kUS = N + 4;             // 16-byte rows for the bulk copies
-  static constexpr int kStage = (kU + kC * kUS * 4 + 1023) / 1024 * 1024;
+  static constexpr int kU = kK + kKM * 128;     // the prep's U | E image: U [32 tokens][N], then
+  static constexpr int kE = kU + kC * N * 4;    // the decays E [32], e^{G_last} (gdn_split_image.cuh)
+  static constexpr int kUE = gdn_ue_floats(N) * 4;
+  static constexpr int kStage = (kU + kUE + 1023) / 1024 * 1024;
   static constexpr int kSbBytes = N * KP * 4;   // tf32(S) [N][KP]: KP / 32 slabs of N rows
   static constexpr int kDbBytes = N * kC * 4;   // tf32(E Delta) [N][32]: one slab
   static constexpr int kFree = 227 * 1024 - 1024 - kSbBytes - kDbBytes - 64;
@@ -123,10 +126,9 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
     for (int c = 0; c < chunks; ++c) {
       const int st = c % kS;
       if (c >= kS) mbar_wait(empty0 + 8 * st, ((c / kS) + 1) & 1);
-      const int t0 = sr.begin + c * kC, n = min(kC, sr.end - t0);
       const uint32_t base = sm_u + st * T::kStage, full = full0 + 8 * st;
       const size_t chunk = static_cast<size_t>(cf + c);
-      if (lane == 0) mbar_arrive_expect_tx(full, 3 * T::kImg + n * vn * 4);
+      if (lane == 0) mbar_arrive_expect_tx(full, 3 * T::kImg + T::kUE);
       __syncwarp();
       const float* w = s.Wimg + (chunk * Hv + h) * (T::kImg / 4);
       const float* q = s.Qimg + (chunk * p.num_k_heads + kh) * (T::kImg / 4);
@@ -136,9 +138,8 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
                       T::kSlab, full);
       else if (lane == 31)
         bulk_copy_g2s(base + T::kK, s.Ktimg + (chunk * p.num_k_heads + kh) * (T::kImg / 4), T::kImg, full);
-      if (lane < n)
-        bulk_copy_g2s(base + T::kU + lane * T::kUS * 4, s.U + (static_cast<size_t>(t0 + lane) * Hv + h) * dv + v0,
-                      vn * 4, full);
+      else if (lane == 30)
+        bulk_copy_g2s(base + T::kU, s.Uimg + ((chunk * Hv + h) * p.blocks + head.vb) * (T::kUE / 4), T::kUE, full);
     }
     return;
   }
@@ -159,23 +160,9 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
   });
   const bool dw = warp < 2;                    // warp-uniform: Delta rows, else P rows
   const int tokA = (16 * warp + g) & 31, tokB = tokA + 8;
-  // This thread's gates of chunk c: G at tokA, tokB (0 past the end) and G_last.
-  auto gates = [&](int c) {
-    float3 r = make_float3(0.f, 0.f, 0.f);
-    if (c < chunks) {
-      const int t0 = sr.begin + c * kC, n = min(kC, sr.end - t0);
-      const float* G = s.G + static_cast<size_t>(t0) * Hv + h;
-      r.x = tokA < n ? G[static_cast<size_t>(tokA) * Hv] : 0.f;
-      r.y = tokB < n ? G[static_cast<size_t>(tokB) * Hv] : 0.f;
-      r.z = G[static_cast<size_t>(n - 1) * Hv];
-    }
-    return r;
-  };
-  float3 g_cur = gates(0), g_next = gates(1);
   const size_t hv_row = static_cast<size_t>(Hv) * dv;
   float X[NJ][4];
   for (int c = 0; c < chunks; ++c) {
-    const float3 g_after = gates(c + 2);  // in flight for two chunks
     const int st = c % kS;
     const int t0 = sr.begin + c * kC, n = min(kC, sr.end - t0);
     const uint32_t base = sm_u + st * T::kStage;
@@ -192,7 +179,8 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
       wgmma_tf32_ss(X, image_kstep_desc(base + T::kWQ, 2 * kC, ks), image_kstep_desc(Sb, N, ks), ks > 0);
     wgmma_commit();
     const float* U = reinterpret_cast<const float*>(sm + st * T::kStage + T::kU);
-    const float eA = expf(g_cur.z - g_cur.x), eB = expf(g_cur.z - g_cur.y), gl = expf(g_cur.z);
+    const float* E = reinterpret_cast<const float*>(sm + st * T::kStage + T::kE);
+    const float eA = E[tokA], eB = E[tokB], gl = E[kC];
     wgmma_wait0();
     // Delta = U - Delta' (warps 0-1), and tf32(E Delta) as B [N v][32 tokens] (zero past n, vn);
     // O: what the thread stores for the out pass (Delta, or P as the product left it).
@@ -203,7 +191,7 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
       for (int e = 0; e < 4; ++e) {
         const int tok = e >> 1 ? tokB : tokA, v = 8 * j + 2 * t + (e & 1);
         const bool in = dw && v < vn && tok < n;  // U past the end or past v_dim is not loaded
-        const float d = (in ? U[tok * T::kUS + v] : 0.f) - X[j][e];
+        const float d = (in ? U[tok * N + v] : 0.f) - X[j][e];
         const float ed = in ? (e >> 1 ? eB : eA) * d : 0.f;
         O[j][e] = dw ? d : X[j][e];
         sts_if(Db + 4 * gdn_image_index(N, v, tok), tf32_bits(ed), dw);
@@ -233,8 +221,6 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
       }
     wgmma_wait0();
     mbar_arrive(empty0 + 8 * st);  // this thread's reads of the stage are done
-    g_cur = g_next;
-    g_next = g_after;
   }
   each_state([&](float& x, int k, int v) {
     if (v < vn && k < dk) head.S_g[static_cast<size_t>(v0 + v) * dk + k] = x;
