@@ -10,7 +10,8 @@
 // - X = T R with T lower triangular (the chunked walk's Delta = T R, the split prep's
 //   [U | W] = T [beta v | beta e^G k]) in 3xTF32;
 // - q's and k's inverse l2 norms from 16-byte pieces of the bf16 rows, and the normalised
-//   tf32 values (both preps, so that the two forms normalise with the same bits).
+//   tf32 values, staged for a chunk by stage_qk (both preps, so that the two forms
+//   normalise with the same bits).
 // Every lane of the warp calls these (the shuffles take all 32).
 #pragma once
 #include "kernels/common.cuh"
@@ -131,6 +132,38 @@ __device__ __forceinline__ void store_qk8(const uint4& qraw, const uint4& kraw, 
                                                      tf32_round(kf[e + 2] * inv.y), tf32_round(kf[e + 3] * inv.y));
     *reinterpret_cast<float4*>(qd + e) = make_float4(tf32_round(qf[e] * inv.x), tf32_round(qf[e + 1] * inv.x),
                                                      tf32_round(qf[e + 2] * inv.x), tf32_round(qf[e + 3] * inv.x));
+  }
+}
+
+// One chunk's q and k rows (n tokens from conv_out row t0; q at column q_off, k at k_off,
+// k_dim dk) staged to Q_s and K_s [kC][ks] as tf32, L2-normalised: QL lanes a token, 8
+// values a lane (16-byte pieces), every load of the thread in flight before the first use;
+// zero past n and dk, stored up to column `width` (a multiple of 8, <= 8 QL). on_norm(tt, inv)
+// runs once per token row tt < n with its inverse norms (q, k). Called by all kThreads.
+template <int QL, int kThreads, class OnNorm>
+__device__ __forceinline__ void stage_qk(const uint16_t* conv_out, int conv_dim, size_t q_off, size_t k_off, int t0,
+                                         int n, int dk, float* Q_s, float* K_s, int ks, int width, OnNorm on_norm) {
+  constexpr int QN = 32 * QL, QR = (QN + kThreads - 1) / kThreads;
+  static_assert(QN % 32 == 0 && kThreads % 32 == 0, "whole warps per staging slot (the norms' shuffles)");
+  const int tid = threadIdx.x;
+  uint4 qr[QR], kr[QR];
+#pragma unroll
+  for (int r = 0; r < QR; ++r) {
+    const int idx = tid + r * kThreads, tt = idx / QL, col = 8 * (idx % QL);
+    qr[r] = kr[r] = make_uint4(0, 0, 0, 0);
+    if (idx < QN && tt < n && col < dk) {
+      const uint16_t* row = conv_out + static_cast<size_t>(t0 + tt) * conv_dim;
+      qr[r] = *reinterpret_cast<const uint4*>(row + q_off + col);
+      kr[r] = *reinterpret_cast<const uint4*>(row + k_off + col);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < QR; ++r) {
+    const int idx = tid + r * kThreads, tt = idx / QL, col = 8 * (idx % QL);
+    if (QR * kThreads > QN && idx >= QN) continue;  // warp-uniform (QN a multiple of 32)
+    const float2 inv = qk_inv_norms<QL>(qr[r], kr[r]);
+    if (col < width) store_qk8(qr[r], kr[r], inv, Q_s + tt * ks + col, K_s + tt * ks + col);
+    if (idx % QL == 0 && tt < n) on_norm(tt, inv);
   }
 }
 

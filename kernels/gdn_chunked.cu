@@ -74,8 +74,7 @@ struct PrepSmem {
 template <int KP, int HP>
 __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
   using L = PrepSmem<KP, HP>;
-  constexpr int KS = L::KS, QL = KP / 8, QN = kC * QL;
-  static_assert(QN % 32 == 0, "whole warps per staging slot");
+  constexpr int KS = L::KS, QL = KP / 8;
   static_assert(kThreads % (HP * 32) == 0 && HP <= kThreads / 32, "whole warps per head");
   const GdnParams& p = s.p;
   const int item = blockIdx.x, kh = blockIdx.y;
@@ -89,20 +88,9 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
   float *K_s = sm + L::K, *Q_s = sm + L::Q, *A_s = sm + L::A, *G_s = sm + L::G, *B_s = sm + L::B;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, fg = lane >> 2, ft = lane & 3;
 
-  const size_t q_off = static_cast<size_t>(kh) * p.k_dim;
-  const size_t k_off = static_cast<size_t>(p.num_k_heads + kh) * p.k_dim;
-  for (int idx = tid; idx < QN; idx += kThreads) {  // whole warps
-    const int tt = idx / QL, col = 8 * (idx % QL);
-    uint4 qr = make_uint4(0, 0, 0, 0), kr = qr;
-    if (tt < n && col < p.k_dim) {
-      const uint16_t* row = p.conv_out + static_cast<size_t>(t0 + tt) * p.conv_dim;
-      qr = *reinterpret_cast<const uint4*>(row + q_off + col);
-      kr = *reinterpret_cast<const uint4*>(row + k_off + col);
-    }
-    const float2 inv = qk_inv_norms<QL>(qr, kr);
-    store_qk8(qr, kr, inv, Q_s + tt * KS + col, K_s + tt * KS + col);
-    if (idx % QL == 0 && tt < n) s.nrm[static_cast<size_t>(kh) * p.total_tokens + t0 + tt] = inv;
-  }
+  stage_qk<QL, kThreads>(p.conv_out, p.conv_dim, static_cast<size_t>(kh) * p.k_dim,
+                         static_cast<size_t>(p.num_k_heads + kh) * p.k_dim, t0, n, p.k_dim, Q_s, K_s, KS, KP,
+                         [&](int tt, float2 inv) { s.nrm[static_cast<size_t>(kh) * p.total_tokens + t0 + tt] = inv; });
   __syncthreads();
 
   const int pa = warp >> 2, jt = warp & 3;

@@ -106,31 +106,11 @@ __global__ void __launch_bounds__(kThreads, 3) gdn_split_prep(SplitParams s) {
   float* B_s = G_s + kC;           // [C]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  // q, k of this k head: 16-byte pieces (8 bf16) a lane, 16 lanes a token, every load in
-  // flight before the first use; L2-normalised (eps 1e-6 inside the sqrt) and rounded to
-  // tf32 as the chunked prep does (gdn_chunk_math.cuh); zero past n and k_dim.
+  // q, k of this k head, L2-normalised and rounded to tf32 as the chunked prep does
+  // (stage_qk); zero past n and k_dim.
   const bool store_qk = h % group == 0;  // the group's first v head also stores them
-  {
-    constexpr int QL = 16, QR = kC * QL / kThreads;
-    static_assert(QR * kThreads == kC * QL, "whole warps per staging slot");
-    uint4 qr[QR], kr[QR];
-#pragma unroll
-    for (int r = 0; r < QR; ++r) {
-      const int idx = tid + r * kThreads, tt = idx / QL, col = 8 * (idx % QL);
-      qr[r] = kr[r] = make_uint4(0, 0, 0, 0);
-      if (tt < n && col < dk) {
-        const uint16_t* row = p.conv_out + static_cast<size_t>(t0 + tt) * p.conv_dim;
-        qr[r] = *reinterpret_cast<const uint4*>(row + static_cast<size_t>(kh) * dk + col);
-        kr[r] = *reinterpret_cast<const uint4*>(row + static_cast<size_t>(p.num_k_heads + kh) * dk + col);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < QR; ++r) {
-      const int idx = tid + r * kThreads, tt = idx / QL, col = 8 * (idx % QL);
-      const float2 inv = qk_inv_norms<QL>(qr[r], kr[r]);
-      if (col < KS - 4) store_qk8(qr[r], kr[r], inv, Q_s + tt * KS + col, K_s + tt * KS + col);
-    }
-  }
+  stage_qk<16, kThreads>(p.conv_out, p.conv_dim, static_cast<size_t>(kh) * dk, static_cast<size_t>(p.num_k_heads + kh) * dk,
+                         t0, n, dk, Q_s, K_s, KS, KS - 4, [](int, float2) {});
   load_chunk_gates(s.p.g, s.p.beta, s.p.num_v_heads, t0, n, h, G_s, B_s);
   __syncthreads();
   if (tid < n) s.G[static_cast<size_t>(t0 + tid) * p.num_v_heads + h] = G_s[tid];
