@@ -46,6 +46,11 @@ struct GdnScanStTraits {
   static constexpr int kDbBytes = N * kC * 4;   // tf32(E Delta) [N][32]: one slab
   static constexpr int kFree = 227 * 1024 - 1024 - kSbBytes - kDbBytes - 64;
   static constexpr int kStages = kFree / kStage < 4 ? kFree / kStage : 4;  // chunks in flight
+  // [W ; Q] tf32(S)^T's k loop as kXChains independent accumulator chains (k-step ks into
+  // chain ks % kXChains), summed in chain order after the wait: the tensor core pipelines
+  // them where one chain waits on each step. The same at every N, so that a v row's sum
+  // order does not depend on the block width the batch gave it (the invariance check).
+  static constexpr int kXChains = 2;
   static constexpr int kSb = kStages * kStage, kDb = kSb + kSbBytes;
   static constexpr int kBars = kDb + kDbBytes;  // full[kStages], empty[kStages]
   static constexpr size_t kSmem = 1024 + kBars + 16 * kStages;
@@ -161,7 +166,9 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
   const bool dw = warp < 2;                    // warp-uniform: Delta rows, else P rows
   const int tokA = (16 * warp + g) & 31, tokB = tokA + 8;
   const size_t hv_row = static_cast<size_t>(Hv) * dv;
-  float X[NJ][4];
+  constexpr int XC = T::kXChains;
+  static_assert(KP / 8 >= XC, "a k-step per chain at least");
+  float Xc[XC][NJ][4];
   for (int c = 0; c < chunks; ++c) {
     const int st = c % kS;
     const int t0 = sr.begin + c * kC, n = min(kC, sr.end - t0);
@@ -176,12 +183,19 @@ __global__ void __launch_bounds__(GdnScanStTraits<KP, N>::kThreads, 1) gdn_split
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < KP / 8; ++ks)
-      wgmma_tf32_ss(X, image_kstep_desc(base + T::kWQ, 2 * kC, ks), image_kstep_desc(Sb, N, ks), ks > 0);
+      wgmma_tf32_ss(Xc[ks % XC], image_kstep_desc(base + T::kWQ, 2 * kC, ks), image_kstep_desc(Sb, N, ks), ks >= XC);
     wgmma_commit();
     const float* U = reinterpret_cast<const float*>(sm + st * T::kStage + T::kU);
     const float* E = reinterpret_cast<const float*>(sm + st * T::kStage + T::kE);
     const float eA = E[tokA], eB = E[tokB], gl = E[kC];
     wgmma_wait0();
+    float (&X)[NJ][4] = Xc[0];
+#pragma unroll
+    for (int x = 1; x < XC; ++x)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) X[j][e] += Xc[x][j][e];
     // Delta = U - Delta' (warps 0-1), and tf32(E Delta) as B [N v][32 tokens] (zero past n, vn);
     // O: what the thread stores for the out pass (Delta, or P as the product left it).
     float O[NJ][4];
