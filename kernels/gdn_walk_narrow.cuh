@@ -1,6 +1,6 @@
 // gdn_walk_narrow.cuh: the chunked GDN walk for v blocks of 8 rows (included by
 // gdn_chunked.cu, inside its anonymous namespace: it uses that file's ChunkedParams,
-// WalkCta, kC, kThreads, kCS, kTM and store_qk8). Taken at k_dim over 64 while its CTAs fit
+// WalkCta, kC, kThreads, kCS, kTM and store_qk8). Taken at k_dim over 32 while its CTAs fit
 // two per SM (gdn_chunked.cu's launch_k): few (stream, v head) pairs, as a small
 // model's or one tensor-parallel rank's heads over long streams. Such a walk is a
 // chain of dependent steps, chunk after chunk, and its time is that chain's latency,
@@ -10,7 +10,8 @@
 // - meanwhile warps 4-7 stage the next chunk (raw q | k | v -> normalised tf32 q, k
 //   and fp32 v, the g scan) into the other of two slots, and start the copies of
 //   the chunk after it (raw) and of the next chunk's T and M;
-// - all eight run P4, with S^T in the accumulators (gdn_state_update.cuh's *_t forms).
+// - P4 by KP / 16 warps (all eight at k_dim 128, warps 0-3 at 64), with S^T in the
+//   accumulators (gdn_state_update.cuh's *_t forms).
 // Per chunk: P1 -> barrier (warps 0-3) -> Delta -> barrier (0-3) -> Delta stored ->
 // CTA barrier -> P3, P4 -> CTA barrier.
 // Invariants: the same products of the same operands, summed in the same order, as
@@ -50,7 +51,9 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
   using L = NarrowSmem<KP>;
   constexpr int VB = L::VB, KS = L::KS, VS = L::VS, CS = L::CS;
   constexpr int NS = kThreads / 2, SW0 = NS / 32;  // the staging threads: warps SW0.. (4-7)
-  using SG = WarpGrid<KP / 16, 1>;                 // P4: this warp's tiles of S^T [KP][VB]
+  constexpr int PW = KP / 16 < 8 ? KP / 16 : 8;     // P4's warps: one 16-row tile of S^T each at most
+  using SG = WarpGrid<KP / 16, 1, PW>;             // P4: this warp's tiles of S^T [KP][VB]
+  const bool p4 = (threadIdx.x >> 5) < PW;         // warp-uniform
   static_assert(kThreads == 256 && L::QN % NS == 0 && L::slot % 4 == 0, "tile shapes");
   extern __shared__ __align__(16) float sm[];
   float* S_s = sm + L::S;
@@ -74,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
 
   const int sm0 = (warp / SG::WN) * SG::TM, sn0 = (warp % SG::WN) * SG::TN;
   float Sr[SG::TM][SG::TN][4];
-  gdn_state_load_t(Sr, w.S_g, v0, vn, p.k_dim, S_s, KS, sm0, sn0, fg, ft);
+  if (p4) gdn_state_load_t(Sr, w.S_g, v0, vn, p.k_dim, S_s, KS, sm0, sn0, fg, ft);
   pdl_wait();  // launched as the prep's dependent: its norms, T and M are read below
 
   const size_t q_off = w.q_off, k_off = w.k_off, v_off = w.v_off, out_stride = w.out_stride;
@@ -223,8 +226,9 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
       __syncthreads();  // Delta complete in cur.D; nxt staged
       if (do_o) p3_out_tile<1>(o, cur.M, cur.D, VS, p, out_stride, t0, n, h, v0, vn, pa, 0, fg, ft, true);
       // P4: S = e^{G_last} S0 + (e^{G_last-G} Delta)^T K, and S's tf32 copy for P1
-      gdn_state_update_t<SG::TM, SG::TN, kC>(Sr, cur.Gm[kC - 1], cur.E, cur.D, VS, cur.KQ, KS, S_s, KS, sm0, sn0,
-                                             fg, ft);
+      if (p4)
+        gdn_state_update_t<SG::TM, SG::TN, kC>(Sr, cur.Gm[kC - 1], cur.E, cur.D, VS, cur.KQ, KS, S_s, KS, sm0, sn0,
+                                               fg, ft);
       if (st >= 0) cp_async_wait<1>();  // the next chunk's T, M (the raw after it may still fly)
       __syncthreads();  // S_s complete; nxt's T, M visible; cur free for the chunk after next
       const Slot t = cur;
@@ -232,5 +236,5 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
       nxt = t;
     }
   }
-  gdn_state_store_t(Sr, w.S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
+  if (p4) gdn_state_store_t(Sr, w.S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
 }
