@@ -89,11 +89,12 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
   if (c.attention.rfind("mma:", 0) == 0) variant = std::atoi(c.attention.c_str() + 4);
   return attention_mma_supported(shape) ? variant : -2;
 }
-// The split runs only when asked for (`--impl gdn=split`). No auto rule: one that
-// looks at the batch (few long streams) would pick another kernel for a stream run
-// alone than co-batched, which the invariance check rightly fails; and by shape alone
-// the split still trails the chunked walk where it should win (2/8 heads: 0.81x at
-// 1 x 65536, 0.87x at 2 x 4096; kernels/PERF-NOTES.md "Session 33", H200).
+// The split runs only when asked for (`--impl gdn=split`). No auto rule: the split wins
+// only where the batch has few streams (one stream of 32768 tokens: 1.04-2.15x the
+// chunked walk over six head layouts; eight of 4096: 0.54-0.60x; 32 of 1024: 0.39-0.40x;
+// kernels/PERF-NOTES.md "Session 34", H100), so a rule that helps must look at the batch,
+// and one that looks at the batch picks another kernel for a stream run alone than
+// co-batched, which the invariance check rightly fails (their sums differ in order).
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
 // The warp-specialized kernel (attention_ws.cu) when asked for or under auto, where
 // the shape and device allow it; its q-tiles are its own (attention_tile_rows).
