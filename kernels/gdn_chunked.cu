@@ -519,8 +519,8 @@ cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
 // CTAs fill the GPU's two resident CTAs per SM; else 32 (then the chain of chunks,
 // not the throughput, sets the time, and a narrower CTA walks each chunk faster);
 // 16 while 16-row CTAs still find an SM each (past that, a narrower block only adds
-// per-CTA cost: 4 / 8 heads d64, 8 x 2048, ran slower at 16 than at 32), and before
-// that 8 (k_dim over 32: S^T's 16-row tiles, one a warp) while 8-row CTAs
+// per-CTA cost: 4 / 8 heads d64, 8 x 2048, ran slower at 16 than at 32; and 16 rows need
+// k_dim over 32), and before that 8 (S^T's 16-row tiles, one a warp) while 8-row CTAs
 // fit two per SM: at 2 / 8 heads, 2 x 4096, 256 narrow CTAs two per SM ran 5% faster
 // than 128 of 16 rows one per SM (PERF-NOTES "gdn v9"). The block width changes no
 // sum's order.
@@ -548,9 +548,8 @@ cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s) {
   const long long heads = static_cast<long long>(p.batch_size) * p.num_v_heads, fill = 2LL * detail::sm_count();
   if (p.v_dim > 32 && heads * ((p.v_dim + 63) / 64) >= fill) return launch_walk<KP, 64>(stream, s);
   // (16 rows need k_dim > 32: 16 x 32 is four state tiles for eight warps)
-  if (KP == 32 || (p.v_dim > 16 && heads * ((p.v_dim + 15) / 16) > detail::sm_count())) return launch_walk<KP, 32>(stream, s);
-  if constexpr (KP >= 64)
-    if (heads * ((p.v_dim + 7) / 8) <= 2LL * detail::sm_count()) return launch_walk<KP, 8>(stream, s);
+  if (p.v_dim > 16 && heads * ((p.v_dim + 15) / 16) > detail::sm_count()) return launch_walk<KP, 32>(stream, s);
+  if (heads * ((p.v_dim + 7) / 8) <= 2LL * detail::sm_count()) return launch_walk<KP, 8>(stream, s);
   return launch_walk<KP, KP == 32 ? 32 : 16>(stream, s);
 }
 

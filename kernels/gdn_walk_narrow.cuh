@@ -1,6 +1,6 @@
 // gdn_walk_narrow.cuh: the chunked GDN walk for v blocks of 8 rows (included by
 // gdn_chunked.cu, inside its anonymous namespace: it uses that file's ChunkedParams,
-// WalkCta, kC, kThreads, kCS, kTM and store_qk8). Taken at k_dim over 32 while its CTAs fit
+// WalkCta, kC, kThreads, kCS, kTM and store_qk8). Taken at every k_dim while its CTAs fit
 // two per SM (gdn_chunked.cu's launch_k): few (stream, v head) pairs, as a small
 // model's or one tensor-parallel rank's heads over long streams. Such a walk is a
 // chain of dependent steps, chunk after chunk, and its time is that chain's latency,
@@ -10,8 +10,9 @@
 // - meanwhile warps 4-7 stage the next chunk (raw q | k | v -> normalised tf32 q, k
 //   and fp32 v, the g scan) into the other of two slots, and start the copies of
 //   the chunk after it (raw) and of the next chunk's T and M;
-// - P4 by KP / 16 warps (all eight at k_dim 128, warps 0-3 at 64), with S^T in the
-//   accumulators (gdn_state_update.cuh's *_t forms).
+// - P4 by the KP / 16 warps that hold S^T's 16-row tiles, with S^T in the
+//   accumulators (gdn_state_update.cuh's *_t forms): all eight at k_dim 128, four at 64,
+//   two at 32.
 // Per chunk: P1 -> barrier (warps 0-3) -> Delta -> barrier (0-3) -> Delta stored ->
 // CTA barrier -> P3, P4 -> CTA barrier.
 // Invariants: the same products of the same operands, summed in the same order, as
