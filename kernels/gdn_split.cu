@@ -567,7 +567,7 @@ GdnSplitLayout gdn_split_layout(const LayerShape& shape, uint32_t total_tokens, 
   l.Qn = l.Kn + gdn_round256(T * Hk * dk * 4);
   l.P = l.Qn + gdn_round256(T * Hk * dk * 4);
   l.bytes = l.P + gdn_round256(T * Hv * dv * 4);
-  if (wg) {  // images per chunk index: W and E per v head, Q and K^T per k head
+  if (wg) {  // images per chunk index: W per v head, Q and K^T per k head, U | E per (v head, v block)
     const uint64_t img = uint64_t(kGdnChunk) * gdn_kp_of(shape.k_dim) * 4, C = l.list.max_chunks;
     l.Wimg = gdn_round256(l.bytes);
     l.Qimg = l.Wimg + gdn_round256(C * Hv * img);
@@ -609,9 +609,10 @@ cudaError_t launch_gdn_split(cudaStream_t stream, const GdnArgs& args, uint64_t 
   s.Ktimg = wg ? reinterpret_cast<float*>(scratch + l.Ktimg) : nullptr;
   s.Uimg = wg ? reinterpret_cast<float*>(scratch + l.Uimg) : nullptr;
   const int kp = s.kp = gdn_kp_of(shape.k_dim);
-  // The scan's v block: 32 rows when that still gives two CTAs per SM, else 16
-  // (the chain of chunks, not the throughput, then sets the time); 32 at k_dim <= 32
-  // (16 x 32 has too few state tiles for 8 warps).
+  // The scan's v block: the Hopper scan's by scan_st_block; the mma.sync scan's 32 rows
+  // when that still gives two CTAs per SM, else 16 (the chain of chunks, not the
+  // throughput, then sets the time); 32 at k_dim <= 32 (16 x 32 has too few state tiles
+  // for 8 warps).
   const long long heads = static_cast<long long>(args.batch_size) * shape.num_v_heads;
   const bool wide = kp == 32 || heads * ((shape.v_dim + 31) / 32) >= 2LL * detail::sm_count();
   const int vb = wg ? scan_st_block(heads, shape.v_dim) : wide ? 32 : 16;
