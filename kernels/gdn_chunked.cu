@@ -475,14 +475,14 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
 #include "kernels/gdn_walk_narrow.cuh"
 
 // The walk's kernel and shared memory at a block width: 8 rows, gdn_walk_narrow.cuh's.
-template <int KP, int VB>
+template <int KP, int VB, int RB>
 constexpr auto walk_kernel() {
-  if constexpr (VB == 8) return gdn_walk_narrow<KP>;
+  if constexpr (VB == 8) return gdn_walk_narrow<KP, RB>;
   else return gdn_chunked_kernel<KP, VB>;
 }
-template <int KP, int VB>
+template <int KP, int VB, int RB>
 constexpr size_t walk_smem() {
-  if constexpr (VB == 8) return NarrowSmem<KP>::bytes;
+  if constexpr (VB == 8) return NarrowSmem<KP, RB>::bytes;
   else return ChunkSmem<KP, VB>::bytes;
 }
 
@@ -492,10 +492,10 @@ constexpr size_t walk_smem() {
 // shared memory, so that its CTAs still spread one per SM when they start beside
 // the prep's: each walks a chain of chunks, and two on one SM ran 28% slower
 // (2 / 8 heads, 2 x 4096, PERF-NOTES "gdn v7").
-template <int KP, int VB>
-cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
-  constexpr auto kernel = walk_kernel<KP, VB>();
-  constexpr size_t bytes = walk_smem<KP, VB>();
+template <int KP, int VB, int RB>
+cudaError_t launch_walk_grid(cudaStream_t stream, const ChunkedParams& s, long long ctas) {
+  constexpr auto kernel = walk_kernel<KP, VB, RB>();
+  constexpr size_t bytes = walk_smem<KP, VB, RB>();
   static size_t whole_sm = 0;  // dynamic shared memory that leaves room for no second CTA
   if (!whole_sm) {
     int dev = 0, per_sm = 0;
@@ -507,12 +507,23 @@ cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
     if (e != cudaSuccess) return e;
     whole_sm = std::max(bytes, half);
   }
-  s.p.blocks = (s.p.v_dim + VB - 1) / VB;
-  const long long ctas = static_cast<long long>(s.p.batch_size) * s.p.num_v_heads * s.p.blocks;
-  if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
   const size_t smem = ctas <= detail::sm_count() ? whole_sm : bytes;
   return detail::launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem,
                             stream, s);
+}
+
+// The narrow walk with one CTA per SM has the shared memory for a second raw buffer: its
+// staging warps then start a chunk's copies two chunks ahead (the bits are the same). Taken
+// at k_dim 128 only: 3% faster there (2 / 8 heads, 1 x 16384), 2% slower at 64 (4 / 8
+// heads), even at 32 (H100, PERF-NOTES "Session 35").
+template <int KP, int VB>
+cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
+  s.p.blocks = (s.p.v_dim + VB - 1) / VB;
+  const long long ctas = static_cast<long long>(s.p.batch_size) * s.p.num_v_heads * s.p.blocks;
+  if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
+  if constexpr (VB == 8 && KP == 128)
+    if (ctas <= detail::sm_count()) return launch_walk_grid<KP, VB, 2>(stream, s, ctas);
+  return launch_walk_grid<KP, VB, 1>(stream, s, ctas);
 }
 
 // The prep over (chunk, k head), then the walk with v blocks of 64 rows when their

@@ -9,7 +9,9 @@
 //   16 x 8 tile each: P1, Delta and P3 have tiles for four warps only);
 // - meanwhile warps 4-7 stage the next chunk (raw q | k | v -> normalised tf32 q, k
 //   and fp32 v, the g scan) into the other of two slots, and start the copies of
-//   the chunk after it (raw) and of the next chunk's T and M;
+//   the chunk after it (raw) and of the next chunk's T and M; with RB = 2 raw buffers
+//   (a launch of one CTA per SM at k_dim 128: gdn_chunked.cu's launch_walk) the raw
+//   copies run two chunks ahead;
 // - P4 by the KP / 16 warps that hold S^T's 16-row tiles, with S^T in the
 //   accumulators (gdn_state_update.cuh's *_t forms): all eight at k_dim 128, four at 64,
 //   two at 32.
@@ -24,7 +26,7 @@
 // rows past the stream's end and columns past k_dim / v_dim read as zero.
 #pragma once
 
-template <int KP>
+template <int KP, int RB>
 struct NarrowSmem {
   static constexpr int VB = 8, KS = KP + 4, VS = 24, CS = kCS;  // VS: [k][n] fragments conflict-free
   static constexpr int S = 0;                 // [VB][KS] S0, tf32 (the fp32 master is in registers)
@@ -38,18 +40,21 @@ struct NarrowSmem {
   static constexpr int E = Bt + kC;           // [C] e^{G_last - G_j}
   static constexpr int slot = E + kC;         // floats per slot (a multiple of 4)
   static constexpr int Slot0 = S + VB * KS;
-  static constexpr int Raw = Slot0 + 2 * slot;  // the raw bf16 q | k | v of the next chunk not yet staged
-  // raw, in 16-byte pieces of 8 bf16: q [C][KP], k [C][KP], v [C][VB], then [C] float2 inverse norms
+  static constexpr int Raw = Slot0 + 2 * slot;  // RB buffers: the raw chunks not yet staged
+  // a raw buffer, in 16-byte pieces of 8 bf16: q [C][KP], k [C][KP], v [C][VB], then [C] float2
+  // inverse norms; with two buffers also [C] g, [C] beta (fp32; one buffer: in registers)
   static constexpr int QL = KP / 8, QN = kC * QL, VN = kC;
   static constexpr int RQ = 0, RK = QN, RV = 2 * QN, RN = RV + VN;
-  static constexpr int total = Raw + 4 * RN + 2 * kC;
+  static constexpr int RG = 4 * RN + 2 * kC;                  // g, then beta (floats into a buffer)
+  static constexpr int RawF = RG + (RB > 1 ? 2 * kC : 0);     // floats per raw buffer (a multiple of 4)
+  static constexpr int total = Raw + RB * RawF;
   static constexpr size_t bytes = sizeof(float) * total;
 };
 
-template <int KP>
+template <int KP, int RB>
 __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
   using namespace detail;
-  using L = NarrowSmem<KP>;
+  using L = NarrowSmem<KP, RB>;
   constexpr int VB = L::VB, KS = L::KS, VS = L::VS, CS = L::CS;
   constexpr int NS = kThreads / 2, SW0 = NS / 32;  // the staging threads: warps SW0.. (4-7)
   constexpr int PW = KP / 16 < 8 ? KP / 16 : 8;     // P4's warps: one 16-row tile of S^T each at most
@@ -58,7 +63,8 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
   static_assert(kThreads == 256 && L::QN % NS == 0 && L::slot % 4 == 0, "tile shapes");
   extern __shared__ __align__(16) float sm[];
   float* S_s = sm + L::S;
-  uint4* R_s = reinterpret_cast<uint4*>(sm + L::Raw);
+  static_assert(RB == 1 || RB == 2, "one or two raw buffers");
+  auto raw_at = [&](int b) { return reinterpret_cast<uint4*>(sm + L::Raw + (RB > 1 ? b * L::RawF : 0)); };
   struct Slot {
     float *KQ, *D, *T, *M, *Gm, *Bt, *E;
   };
@@ -83,10 +89,12 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
 
   const size_t q_off = w.q_off, k_off = w.k_off, v_off = w.v_off, out_stride = w.out_stride;
 
-  // Staging threads: start the copies of the chunk at row c0 into R_s (zeros past the
-  // stream's end and past k_dim / vn); warp SW0 loads its g and beta (lane = token).
+  // Staging threads: start the copies of the chunk at row c0 into raw buffer b (zeros past
+  // the stream's end and past k_dim / vn); warp SW0 loads its g and beta (lane = token): into
+  // registers with one raw buffer, into the buffer with two (two chunks in flight).
   float g_next = 0.f, beta_next = 0.f;
-  auto fetch = [&](int c0) {
+  auto fetch = [&](int c0, int b) {
+    uint4* R_s = raw_at(b);
     const int n = min(kC, sr.end - c0);
     const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
@@ -101,23 +109,35 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
         R_s[L::RK + idx] = zero;
       }
     }
-    if (warp == SW0) {  // one v piece per token (lane); padded tokens: v 0, inverse norms 0
+    if (warp == SW0) {  // one v piece per token (lane); padded tokens: v 0, inverse norms 0,
+                        // g 0, beta 0 (no effect)
       float2* nr = reinterpret_cast<float2*>(R_s + L::RN) + lane;
+      float* gb = reinterpret_cast<float*>(R_s) + L::RG + lane;
       if (lane < n) {
         cp_async16(smem_u32(R_s + L::RV + lane), p.conv_out + static_cast<size_t>(c0 + lane) * p.conv_dim + v_off);
         cp_async8(smem_u32(nr), s.nrm + static_cast<size_t>(kh) * p.total_tokens + c0 + lane);
+        if constexpr (RB > 1) {
+          const size_t gi = static_cast<size_t>(c0 + lane) * p.num_v_heads + h;
+          cp_async4(smem_u32(gb), p.g + gi);
+          cp_async4(smem_u32(gb + kC), p.beta + gi);
+        }
       } else {
         R_s[L::RV + lane] = zero;
         *nr = make_float2(0.f, 0.f);
+        if constexpr (RB > 1) {
+          gb[0] = 0.f;
+          gb[kC] = 0.f;
+        }
       }
     }
     cp_async_commit();
-    if (warp == SW0) {  // padded tokens: g = 0, beta = 0 (no effect)
-      const bool ok = lane < n;
-      const size_t gi = static_cast<size_t>(c0 + (ok ? lane : 0)) * p.num_v_heads + h;
-      g_next = ok ? p.g[gi] : 0.f;
-      beta_next = ok ? p.beta[gi] : 0.f;
-    }
+    if constexpr (RB == 1)
+      if (warp == SW0) {
+        const bool ok = lane < n;
+        const size_t gi = static_cast<size_t>(c0 + (ok ? lane : 0)) * p.num_v_heads + h;
+        g_next = ok ? p.g[gi] : 0.f;
+        beta_next = ok ? p.beta[gi] : 0.f;
+      }
   };
 
   // Staging threads: start the copy of chunk c's T and M (prep's, fp32) into slot d.
@@ -132,9 +152,10 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
     cp_async_commit();
   };
 
-  // Staging threads: the raw chunk in R_s into slot d: normalised q, k (tf32), v, the
-  // g scan, beta.
-  auto stage = [&](const Slot& d) {
+  // Staging threads: the raw chunk in raw buffer b into slot d: normalised q, k (tf32), v,
+  // the g scan, beta.
+  auto stage = [&](const Slot& d, int b) {
+    const uint4* R_s = raw_at(b);
 #pragma unroll
     for (int idx = st; idx < L::QN; idx += NS) {
       const int tt = idx / L::QL, col = 8 * (idx % L::QL);
@@ -146,11 +167,12 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
       unpack8(R_s[L::RV + lane], vf);
       *reinterpret_cast<float4*>(&d.D[lane * VS]) = make_float4(vf[0], vf[1], vf[2], vf[3]);
       *reinterpret_cast<float4*>(&d.D[lane * VS + 4]) = make_float4(vf[4], vf[5], vf[6], vf[7]);
-      const float G = g_scan(g_next);
+      const float* gb = reinterpret_cast<const float*>(R_s) + L::RG;
+      const float G = g_scan(RB > 1 ? gb[lane] : g_next);
       const float G_last = __shfl_sync(0xffffffffu, G, 31);
       d.Gm[lane] = expf(G);
       d.E[lane] = expf(G_last - G);
-      d.Bt[lane] = beta_next;
+      d.Bt[lane] = RB > 1 ? gb[kC + lane] : beta_next;
     }
   };
 
@@ -184,18 +206,33 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
   // 16-row walk runs them.
   if (sr.begin < sr.end) {
     Slot cur = slot_at(0), nxt = slot_at(1);
-    // the staging warps: the first chunk's raw and T | M, staged into cur; the second
-    // chunk's raw in flight (cp.async groups count per thread: each staging thread
-    // commits the same groups in the same order)
+    // the staging warps: the first chunk's raw and T | M, staged into cur; the next RB
+    // chunks' raw in flight, chunk j's in raw buffer j % RB (cp.async groups count per
+    // thread: each staging thread commits the same groups in the same order)
     if (st >= 0) {
-      fetch(sr.begin);
+      fetch(sr.begin, 0);
       fetch_tm(c_first, cur);
       cp_async_wait<0>();
       named_barrier_sync(2, NS);  // every staging thread's copies landed
-      stage(cur);
-      named_barrier_sync(2, NS);  // R_s read
-      if (sr.begin + kC < sr.end) fetch(sr.begin + kC);
-      else cp_async_commit();
+      stage(cur, 0);
+      named_barrier_sync(2, NS);  // raw buffer 0 read
+      if constexpr (RB == 1) {
+        if (sr.begin + kC < sr.end) fetch(sr.begin + kC, 0);
+        else cp_async_commit();
+      } else {
+#pragma unroll
+        for (int j = 1; j <= RB; ++j) {
+          if (sr.begin + j * kC < sr.end) fetch(sr.begin + j * kC, j % RB);
+          else cp_async_commit();
+        }
+      }
+    } else {  // the product warps pass barrier 1 as often as the staging warps pass 2 above.
+              // Only for racecheck, which seems to pair barrier intervals by their count: without
+              // these it reported P1's reads of S_s against P4's writes as hazards at k_dim 128,
+              // where the staging warps run P4 too (4 on a small batch, 42 on few-heads-long);
+              // with them, 0 (session 35). Barrier 1 orders nothing against warps 4-7.
+      named_barrier_sync(1, NS);
+      named_barrier_sync(1, NS);
     }
     __syncthreads();  // cur and the S_s copy visible to every thread
     for (int t0 = sr.begin, ci = 0; t0 < sr.end; t0 += kC, ++ci) {
@@ -217,11 +254,12 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
         const bool more = t0 + kC < sr.end;
         if (more) fetch_tm(c_first + ci + 1, nxt);
         else cp_async_commit();
-        cp_async_wait<1>();         // the next chunk's raw (its T, M may still fly)
+        cp_async_wait<RB>();        // the next chunk's raw (its T, M and the raw after it may still fly)
         named_barrier_sync(2, NS);  // every staging thread's pieces landed
-        if (more) stage(nxt);
-        named_barrier_sync(2, NS);  // R_s read
-        if (t0 + 2 * kC < sr.end) fetch(t0 + 2 * kC);
+        const int b = (ci + 1) % RB;
+        if (more) stage(nxt, b);
+        named_barrier_sync(2, NS);  // raw buffer b read
+        if (t0 + (RB + 1) * kC < sr.end) fetch(t0 + (RB + 1) * kC, b);
         else cp_async_commit();
       }
       __syncthreads();  // Delta complete in cur.D; nxt staged
@@ -230,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
       if (p4)
         gdn_state_update_t<SG::TM, SG::TN, kC>(Sr, cur.Gm[kC - 1], cur.E, cur.D, VS, cur.KQ, KS, S_s, KS, sm0, sn0,
                                                fg, ft);
-      if (st >= 0) cp_async_wait<1>();  // the next chunk's T, M (the raw after it may still fly)
+      if (st >= 0) cp_async_wait<1>();  // the next chunk's T, M (the last raw copy may still fly)
       __syncthreads();  // S_s complete; nxt's T, M visible; cur free for the chunk after next
       const Slot t = cur;
       cur = nxt;
