@@ -4,8 +4,9 @@
 # It prints the GPU, runs every shipped scenario (and the GPU test scenarios in
 # bundle/tests/) with --backend cuda, the fault matrix on the CUDA backend
 # (every fault on every scenario where it can show; it must trip its check),
-# compute-sanitizer memcheck and racecheck on the smoke scenario (and memcheck
-# under the faults that corrupt metadata read back), and the GPU
+# compute-sanitizer memcheck and racecheck on the smoke scenario, racecheck and
+# synccheck on tests/gdn-narrow-buffers.yaml (the narrow gdn walk at k_dim 128),
+# memcheck under the faults that corrupt metadata read back, and the GPU
 # tests (cuda_backend_test; pb_tests' cuda cases with PB_RUN_PB_TESTS=1); then
 # prints a short summary table last. Everything lands in
 # ${OUT:-results}/ as at most 8 files (the device tool's limit):
@@ -144,6 +145,17 @@ if [[ "$skip" != *" sanitizer "* ]]; then
       >> "$out/sanitizer.txt" 2>&1
     echo "$tool exit $?" >> "$out/sanitizer.txt"
   done
+  # The narrow gdn walk at k_dim 128, both launches (one raw buffer co-batched, two
+  # alone): the walk whose staging warps run P4 too, which smoke (k_dim 32) never takes.
+  if [ -f "$B/tests/gdn-narrow-buffers.yaml" ]; then
+    for tool in racecheck synccheck; do
+      echo "--- $tool gdn-narrow-buffers" >> "$out/sanitizer.txt"
+      timeout "$phase_timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        "$B/prefill-bench" run "$B/tests/gdn-narrow-buffers.yaml" --backend cuda --no-color --repeat 1 --warmup 0 \
+        >> "$out/sanitizer.txt" 2>&1
+      echo "$tool gdn-narrow-buffers exit $?" >> "$out/sanitizer.txt"
+    done
+  fi
   # The faults that corrupt what the kernels read back (cu_seqlens and kv_lens under
   # h_state_ptrs, swapped table and state pointers): the run must fail its check
   # (exit 1) without a memory error (exit 99).
