@@ -229,8 +229,9 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
     } else {  // the product warps pass barrier 1 as often as the staging warps pass 2 above.
               // Only for racecheck, which seems to pair barrier intervals by their count: without
               // these it reported P1's reads of S_s against P4's writes as hazards at k_dim 128,
-              // where the staging warps run P4 too (4 on a small batch, 42 on few-heads-long);
-              // with them, 0 (session 35). Barrier 1 orders nothing against warps 4-7.
+              // where the staging warps run P4 too (4 on a small batch with one raw buffer, 42
+              // on few-heads-long with two); with them, 0 (session 35). Barrier 1 orders
+              // nothing against warps 4-7.
       named_barrier_sync(1, NS);
       named_barrier_sync(1, NS);
     }
