@@ -136,26 +136,21 @@ PY
 fi
 
 if [[ "$skip" != *" sanitizer "* ]]; then
-  echo "== compute-sanitizer on smoke [$(elapsed)]"
+  echo "== compute-sanitizer [$(elapsed)]"
   : > "$out/sanitizer.txt"
-  for tool in memcheck racecheck; do
-    echo "--- $tool" >> "$out/sanitizer.txt"
+  # smoke under memcheck and racecheck; the narrow gdn walk at k_dim 128, both of its
+  # launches (one raw buffer co-batched, two alone), under racecheck and synccheck: the
+  # walk whose staging warps run P4 too, which smoke (k_dim 32) never takes.
+  for pair in "memcheck scenarios/smoke" "racecheck scenarios/smoke" \
+              "racecheck tests/gdn-narrow-buffers" "synccheck tests/gdn-narrow-buffers"; do
+    read -r tool f <<< "$pair"
+    [ -f "$B/$f.yaml" ] || continue
+    echo "--- $tool $(basename "$f")" >> "$out/sanitizer.txt"
     timeout "$phase_timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      "$B/prefill-bench" run "$B/scenarios/smoke.yaml" --backend cuda --no-color --repeat 1 --warmup 0 \
+      "$B/prefill-bench" run "$B/$f.yaml" --backend cuda --no-color --repeat 1 --warmup 0 \
       >> "$out/sanitizer.txt" 2>&1
-    echo "$tool exit $?" >> "$out/sanitizer.txt"
+    echo "$tool $(basename "$f") exit $?" >> "$out/sanitizer.txt"
   done
-  # The narrow gdn walk at k_dim 128, both launches (one raw buffer co-batched, two
-  # alone): the walk whose staging warps run P4 too, which smoke (k_dim 32) never takes.
-  if [ -f "$B/tests/gdn-narrow-buffers.yaml" ]; then
-    for tool in racecheck synccheck; do
-      echo "--- $tool gdn-narrow-buffers" >> "$out/sanitizer.txt"
-      timeout "$phase_timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 \
-        "$B/prefill-bench" run "$B/tests/gdn-narrow-buffers.yaml" --backend cuda --no-color --repeat 1 --warmup 0 \
-        >> "$out/sanitizer.txt" 2>&1
-      echo "$tool gdn-narrow-buffers exit $?" >> "$out/sanitizer.txt"
-    done
-  fi
   # The faults that corrupt what the kernels read back (cu_seqlens and kv_lens under
   # h_state_ptrs, swapped table and state pointers): the run must fail its check
   # (exit 1) without a memory error (exit 99).
