@@ -216,6 +216,8 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
       named_barrier_sync(2, NS);  // every staging thread's copies landed
       stage(cur, 0);
       named_barrier_sync(2, NS);  // raw buffer 0 read
+      // (the loop below does the same at RB = 1, but compiles to other code than the
+      // one-buffer walk measured before session 35; this form compiles to its PTX)
       if constexpr (RB == 1) {
         if (sr.begin + kC < sr.end) fetch(sr.begin + kC, 0);
         else cp_async_commit();
