@@ -144,7 +144,7 @@ if [[ "$skip" != *" sanitizer "* ]]; then
   for pair in "memcheck scenarios/smoke" "racecheck scenarios/smoke" \
               "racecheck tests/gdn-narrow-buffers" "synccheck tests/gdn-narrow-buffers"; do
     read -r tool f <<< "$pair"
-    [ -f "$B/$f.yaml" ] || continue
+    [ -f "$B/$f.yaml" ] || { echo "$tool $(basename "$f"): not in the bundle: exit 2" >> "$out/sanitizer.txt"; continue; }
     echo "--- $tool $(basename "$f")" >> "$out/sanitizer.txt"
     timeout "$phase_timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "$B/prefill-bench" run "$B/$f.yaml" --backend cuda --no-color --repeat 1 --warmup 0 \
