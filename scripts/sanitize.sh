@@ -3,7 +3,7 @@
 # hence CI, runs it): a host-only build into build-asan/ (or $PB_ASAN_BUILD_DIR), then
 # every shipped scenario and the host fault matrix under the sanitizers. Any finding
 # aborts the process that has it (-fno-sanitize-recover=all, halt_on_error), so the
-# job exits non-zero; 0 means no finding.
+# job exits non-zero; 0 means no finding, and that every fault ran sanitized at least once.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${PB_ASAN_BUILD_DIR:-$root/build-asan}"
@@ -40,7 +40,7 @@ echo "sanitize.sh: $listed sanitizer tests"
 shards=$(nproc); pids=()
 for ((i = 0; i < shards; ++i)); do
   GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$build/tests/pb_sanitize_tests" --gtest_filter="$filter" \
-    --gtest_brief=1 > "$build/sanitize-shard-$i.log" 2>&1 &
+    --gtest_brief=1 --gtest_output="xml:$build/sanitize-shard-$i.xml" > "$build/sanitize-shard-$i.log" 2>&1 &
   pids+=($!)
 done
 failed=0
@@ -49,4 +49,21 @@ for ((i = 0; i < shards; ++i)); do
   cat "$build/sanitize-shard-$i.log"
 done
 [ "$failed" = 0 ] || { echo "sanitize.sh: a sanitizer test failed (logs above)"; exit 1; }
+# Every fault --inject knows must have run (not skipped) on at least one scenario here: the
+# scenarios left out above must not take a fault's last sanitized case with them.
+"$build/apps/prefill-bench" faults | awk '{print $1}' > "$build/sanitize-faults.txt"
+python3 - "$build/sanitize-faults.txt" "$build"/sanitize-shard-*.xml <<'PY' || exit 1
+import sys, xml.etree.ElementTree as ET
+faults = [f.strip().replace("-", "_") for f in open(sys.argv[1]) if f.strip()]
+ran = set()
+for path in sys.argv[2:]:
+    for case in ET.parse(path).iter("testcase"):
+        if case.get("result", "completed") == "completed" and case.find("skipped") is None:
+            ran.add(case.get("name", ""))
+missing = [f for f in faults if not any(n.startswith("NamedCheckTrips/host_" + f + "_") for n in ran)]
+if not faults or missing:
+    print("sanitize.sh: no sanitized fault-matrix case ran for: " + (", ".join(missing) or "(no faults listed)"))
+    sys.exit(1)
+print(f"sanitize.sh: all {len(faults)} faults ran under the sanitizers")
+PY
 echo "sanitize.sh: runs took $(( $(date +%s) - built )) s"
