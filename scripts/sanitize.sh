@@ -37,10 +37,12 @@ filter="HostKernels.GarbageMetadata*:*FaultMatrix.NamedCheckTrips/host_*-$big"
 listed=$("$build/tests/pb_sanitize_tests" --gtest_filter="$filter" --gtest_list_tests | grep -c '^  ' || true)
 [ "$listed" -gt 20 ] || { echo "sanitize.sh: only $listed sanitizer tests match '$filter'"; exit 1; }
 echo "sanitize.sh: $listed sanitizer tests"
-shards=$(nproc); pids=()
+shards=$(nproc); pids=(); xmls=()
 for ((i = 0; i < shards; ++i)); do
+  xmls+=("$build/sanitize-shard-$i.xml")
+  rm -f "${xmls[$i]}"  # a report left by an earlier run must not stand in for this one
   GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$build/tests/pb_sanitize_tests" --gtest_filter="$filter" \
-    --gtest_brief=1 --gtest_output="xml:$build/sanitize-shard-$i.xml" > "$build/sanitize-shard-$i.log" 2>&1 &
+    --gtest_brief=1 --gtest_output="xml:${xmls[$i]}" > "$build/sanitize-shard-$i.log" 2>&1 &
   pids+=($!)
 done
 failed=0
@@ -52,7 +54,7 @@ done
 # Every fault --inject knows must have run (not skipped) on at least one scenario here: the
 # scenarios left out above must not take a fault's last sanitized case with them.
 "$build/apps/prefill-bench" faults | awk '{print $1}' > "$build/sanitize-faults.txt"
-python3 - "$build/sanitize-faults.txt" "$build"/sanitize-shard-*.xml <<'PY' || exit 1
+python3 - "$build/sanitize-faults.txt" "${xmls[@]}" <<'PY' || exit 1
 import sys, xml.etree.ElementTree as ET
 faults = [f.strip().replace("-", "_") for f in open(sys.argv[1]) if f.strip()]
 ran = set()
