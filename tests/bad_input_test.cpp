@@ -104,7 +104,7 @@ std::vector<Row> rows() {
   const std::string kStreams = "streams:\n  - tokens: 23\n  - {chunk_start: 9, tokens: 40}\n";
   auto jsonl = [&](int line) {
     return replace(g, kStreams, fmt::format("streams: {{from_jsonl: {}/tests/bad/batches.jsonl, line: {}}}\n",
-                                            PB_SOURCE_DIR, line));
+                                            pb::test::source_dir(), line));
   };
   const std::string three_problems =
       replace(replace(replace(g, "head_dim: 64", "head_dim: sixty-four"), "tokens: 23", "tokens: -1"),

@@ -9,13 +9,14 @@
 #include "lib/batch_jsonl.h"
 #include "lib/run.h"
 #include "lib/sweep.h"
+#include "test_util.h"
 
 namespace pb {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string src(const std::string& rel) { return std::string(PB_SOURCE_DIR) + "/" + rel; }
+std::string src(const std::string& rel) { return pb::test::source_dir() + "/" + rel; }
 
 TEST(BatchJsonl, EngineArraysAndCanonicalFormReadTheSame) {
   const std::string dir = testing::TempDir();

@@ -14,6 +14,7 @@
 #include "lib/checks.h"
 #include "lib/diff_stats.h"
 #include "lib/run.h"
+#include "test_util.h"
 
 namespace pb {
 namespace {
@@ -87,7 +88,7 @@ RunResult run(const char* scenario, std::initializer_list<Fault> faults) {
   opt.backend = "host";
   opt.repeat = 2;
   for (Fault f : faults) opt.inject.add(f);
-  return run_scenario(load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/" + scenario + ".yaml"), opt);
+  return run_scenario(load_scenario(pb::test::source_dir() + "/scenarios/" + scenario + ".yaml"), opt);
 }
 
 TEST(OutputPoison, DiffersFromKvPoisonAndIsANaN) {
@@ -178,7 +179,7 @@ TEST(RopeSections, ContiguousSectionAndStagedAliasAreNamed) {
 // Plain RoPE (one T section): keys stored with every position one too far, as a
 // kernel that rotates with the cache index + 1 would, against the same keys right.
 TEST(RopeSections, PlainRopeOffByOnePositionIsNamed) {
-  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml");
+  const Scenario s = load_scenario(pb::test::source_dir() + "/scenarios/smoke.yaml");
   const Batch batch = generate_batch(s);
   const LayerShape shape = layer_shape(s, batch);
   const AttnReference good = attention_reference(batch, shape, 0, 1, s.seed);

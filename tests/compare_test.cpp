@@ -431,7 +431,7 @@ TEST(Compare, BackToBackCudaRunsWithDriftAreNotSlow) {
 // Two back-to-back host runs of the same build with --repeat 5 (enough samples
 // to be judged) never fail the gate: host time is information.
 TEST(Compare, TwoHostRunsWithRepeatFivePass) {
-  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml");
+  const Scenario s = load_scenario(pb::test::source_dir() + "/scenarios/smoke.yaml");
   RunOptions o;
   o.backend = "host";
   o.repeat = 5;
@@ -477,7 +477,7 @@ TEST(Compare, TableFitsWithLongNamesAndColour) {
 // backend times each layer twice by default (one checked run, one for
 // determinism), so its timings are "insufficient samples": never judged.
 TEST(Compare, TwoHostRunsOfTheSameBuildPass) {
-  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml");
+  const Scenario s = load_scenario(pb::test::source_dir() + "/scenarios/smoke.yaml");
   RunOptions o;
   o.backend = "host";
   const RunResult a = run_scenario(s, o);

@@ -11,6 +11,7 @@
 #include "lib/check_plan.h"
 #include "lib/fault_exposure.h"
 #include "lib/run.h"
+#include "test_util.h"
 
 namespace pb {
 namespace {
@@ -28,7 +29,7 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 std::vector<std::string> shipped_scenarios() {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(PB_SOURCE_DIR) + "/scenarios"))
+  for (const auto& e : std::filesystem::directory_iterator(pb::test::source_dir() + "/scenarios"))
     if (e.path().extension() == ".yaml") out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   return out;

@@ -15,6 +15,7 @@
 #include "lib/checks.h"
 #include "reference/reference.h"
 #include "reference/reference_internal.h"
+#include "test_util.h"
 
 namespace pb {
 namespace {
@@ -133,7 +134,7 @@ Verdict judge(const Batch& batch, const LayerShape& shape, int layer, const GdnR
 // The shipped decode-heavy batch (scenarios/decode-heavy.yaml; its gdn layer is
 // layer 1): 300 streams of 1-3 tokens, half with a carried state.
 struct DecodeHeavy {
-  Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/decode-heavy.yaml");
+  Scenario s = load_scenario(pb::test::source_dir() + "/scenarios/decode-heavy.yaml");
   Batch batch = generate_batch(s);
   LayerShape shape = layer_shape(s, batch);
   static constexpr int kLayer = 1;
@@ -263,7 +264,7 @@ TEST(GdnPrecisionLimit, SplitStandInPassesItsLimitAndADecayBugFails) {
 // chunks; the same stand-in fed e^g rounded to bf16 (tests/abi/decay_bf16.cpp's defect)
 // fails them. The worst ratio to the limit is printed.
 TEST(GdnPrecisionLimit, LongMemoryStandInsPassAndABf16DecayFails) {
-  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/gdn-long-memory.yaml");
+  const Scenario s = load_scenario(pb::test::source_dir() + "/scenarios/gdn-long-memory.yaml");
   const Batch batch = generate_batch(s);
   const LayerShape shape = layer_shape(s, batch);
   ASSERT_EQ(batch.layers[0].kind, LayerKind::gdn);

@@ -9,12 +9,13 @@
 #include <tuple>
 
 #include "lib/batch.h"
+#include "test_util.h"
 
 namespace pb {
 namespace {
 
 Batch load(const std::string& name) {
-  return generate_batch(load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/" + name + ".yaml"));
+  return generate_batch(load_scenario(pb::test::source_dir() + "/scenarios/" + name + ".yaml"));
 }
 
 TEST(Generate, ChecksumsArePinned) {
@@ -51,7 +52,7 @@ TEST(Generate, GatesFillTheirRange) {
 }
 
 TEST(Generate, SameSeedSameBytesOtherSeedOtherBytes) {
-  Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml");
+  Scenario s = load_scenario(pb::test::source_dir() + "/scenarios/smoke.yaml");
   const uint64_t a = generate_batch(s).inputs_checksum;
   EXPECT_EQ(generate_batch(s).inputs_checksum, a);
   s.seed += 1;

@@ -11,14 +11,15 @@
 #include "lib/run.h"
 #include "lib/staging.h"
 #include "lib/verdict.h"
+#include "test_util.h"
 
 namespace pb {
 namespace {
 
-Scenario shipped(const char* name) { return load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/" + name); }
+Scenario shipped(const char* name) { return load_scenario(pb::test::source_dir() + "/scenarios/" + name); }
 
 TEST(GraphBucket, SecondBatchKeepsTheBucketAndDiffers) {
-  for (const auto& e : std::filesystem::directory_iterator(std::string(PB_SOURCE_DIR) + "/scenarios")) {
+  for (const auto& e : std::filesystem::directory_iterator(pb::test::source_dir() + "/scenarios")) {
     if (e.path().extension() != ".yaml") continue;
     const Scenario s = load_scenario(e.path().string());
     const Batch a = generate_batch(s);

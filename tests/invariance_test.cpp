@@ -11,12 +11,13 @@
 #include "lib/invariance.h"
 #include "lib/run.h"
 #include "lib/sub_batch.h"
+#include "test_util.h"
 
 namespace pb {
 namespace {
 
 Scenario shipped(const std::string& name) {
-  return load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/" + name + ".yaml");
+  return load_scenario(pb::test::source_dir() + "/scenarios/" + name + ".yaml");
 }
 
 RunResult run(const Scenario& s, std::initializer_list<Fault> faults = {}) {

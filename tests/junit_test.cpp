@@ -41,7 +41,7 @@ nlohmann::json validate(const std::string& xml, const char* name) {
   }
   std::string out;
   const int rc = run_command(fmt::format("/usr/bin/python3 '{}/tests/validate_junit.py' '{}' --dump 2>&1",
-                                         PB_SOURCE_DIR, path), &out);
+                                         pb::test::source_dir(), path), &out);
   std::remove(path.c_str());
   EXPECT_EQ(rc, 0) << out << "\n" << xml;
   if (rc != 0) return nullptr;
@@ -142,7 +142,7 @@ TEST(Junit, EscapesHostileText) {
 // A real run with a fault: the check it trips is a <failure> naming the stream.
 TEST(Junit, RealRunWithAFault) {
   if (!have_python()) GTEST_SKIP() << "/usr/bin/python3 missing: cannot validate the XML";
-  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml");
+  const Scenario s = load_scenario(pb::test::source_dir() + "/scenarios/smoke.yaml");
   RunOptions o;
   o.backend = "host";
   o.inject.add(Fault::kv_lens_max);
@@ -184,7 +184,7 @@ TEST(Junit, ValidatorRejectsBadShapes) {
       f << xml;
     }
     std::string out;
-    EXPECT_EQ(run_command(fmt::format("/usr/bin/python3 '{}/tests/validate_junit.py' '{}' 2>&1", PB_SOURCE_DIR, path),
+    EXPECT_EQ(run_command(fmt::format("/usr/bin/python3 '{}/tests/validate_junit.py' '{}' 2>&1", pb::test::source_dir(), path),
                           &out), 1)
         << what << ": " << out;
     std::remove(path.c_str());

@@ -14,6 +14,7 @@
 #include "lib/run.h"
 #include "lib/sha256.h"
 #include "lib/staging.h"
+#include "test_util.h"
 
 namespace pb {
 namespace {
@@ -44,7 +45,7 @@ TEST(Impl, ParsesPairsAndRefusesMalformed) {
     EXPECT_THROW(parse_impl(bad), InputError) << bad;
 }
 
-Scenario smoke() { return load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml"); }
+Scenario smoke() { return load_scenario(pb::test::source_dir() + "/scenarios/smoke.yaml"); }
 
 TEST(HostLibrary, RecordedInTheReport) {
   RunOptions opt;
@@ -183,7 +184,7 @@ namespace {
 // past T, kv_lens huge or negative, slots and block ids outside the cache. Every
 // read stays in bounds (the ASan build runs this too); nothing throws.
 TEST(HostKernels, GarbageMetadataStaysInBounds) {
-  const Scenario s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/smoke.yaml");
+  const Scenario s = load_scenario(pb::test::source_dir() + "/scenarios/smoke.yaml");
   const Batch batch = generate_batch(s);
   const LayerShape shape = layer_shape(s, batch);
   auto backend = make_host_backend();

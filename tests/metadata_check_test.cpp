@@ -13,6 +13,7 @@
 #include "lib/expected_scratch.h"
 #include "lib/scenario.h"
 #include "lib/staging.h"
+#include "test_util.h"
 
 namespace pb {
 namespace {
@@ -39,7 +40,7 @@ struct Staged {
 
 Staged stage(const char* scenario, FaultSet faults = {}) {
   Staged st;
-  st.s = load_scenario(std::string(PB_SOURCE_DIR) + "/scenarios/" + scenario + ".yaml");
+  st.s = load_scenario(pb::test::source_dir() + "/scenarios/" + scenario + ".yaml");
   st.batch = generate_batch(st.s);
   st.img = stage_batch(st.batch, st.s.model.mrope.enabled, 0, kScratchBase, kArenaBase, faults);
   return st;

@@ -351,7 +351,7 @@ TEST(ReportJson, HoldsEveryFieldAndNullForNaN) {
   EXPECT_EQ(back, j);
 }
 
-std::string source_path(const std::string& rel) { return std::string(PB_SOURCE_DIR) + "/" + rel; }
+std::string source_path(const std::string& rel) { return pb::test::source_dir() + "/" + rel; }
 
 using pb::test::run_command;
 

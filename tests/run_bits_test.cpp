@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 #include <vector>
+#include "test_util.h"
 
 namespace {
 
@@ -27,7 +28,7 @@ std::vector<std::string> missing_run_bit(const fs::path& dir) {
 }
 
 TEST(RunBits, EveryShippedScriptIsExecutable) {
-  const fs::path root(PB_SOURCE_DIR);
+  const fs::path root(pb::test::source_dir());
   for (const char* dir : {"scripts", "tests"})
     EXPECT_EQ(missing_run_bit(root / dir), std::vector<std::string>{})
         << dir << "/: git update-index --chmod=+x on these";

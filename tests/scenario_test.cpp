@@ -13,6 +13,7 @@
 #include "lib/batch.h"
 #include "lib/faults.h"
 #include "lib/scenario.h"
+#include "test_util.h"
 
 namespace pb {
 namespace {
@@ -64,7 +65,7 @@ void expect_error(const std::string& text, int line, const std::string& field, c
 
 std::vector<std::string> shipped_scenarios() {
   std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(PB_SOURCE_DIR) + "/scenarios"))
+  for (const auto& e : std::filesystem::directory_iterator(pb::test::source_dir() + "/scenarios"))
     if (e.path().extension() == ".yaml") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   return files;

@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 namespace pb {
 namespace {
 
-std::string source(const std::string& rel) { return std::string(PB_SOURCE_DIR) + "/" + rel; }
+std::string source(const std::string& rel) { return pb::test::source_dir() + "/" + rel; }
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -3,9 +3,18 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace pb::test {
+
+// The source tree whose scenarios/ and tests/ the tests read: $PB_SOURCE_DIR when set (a
+// pb_tests binary carried to another machine, run from a checkout there), else the tree it
+// was built from.
+inline std::string source_dir() {
+  const char* env = std::getenv("PB_SOURCE_DIR");
+  return env && *env ? env : PB_SOURCE_DIR;
+}
 
 // Runs `command` in the shell; returns its exit status (-1 when it did not
 // exit normally) and appends what it printed to `output` (stderr too unless

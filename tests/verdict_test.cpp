@@ -153,7 +153,7 @@ TEST(Verdict, CliProfileExitsZeroAndNeverSaysPass) {
   const std::string dir = temp_dir();
   std::string out;
   EXPECT_EQ(test::run_command(fmt::format("'{}' run '{}/scenarios/smoke.yaml' --backend host --no-color --profile "
-                                          "--json '{}/p.json'", PB_CLI_PATH, PB_SOURCE_DIR, dir),
+                                          "--json '{}/p.json'", PB_CLI_PATH, pb::test::source_dir(), dir),
                               &out),
             0)
       << out;
@@ -178,7 +178,7 @@ TEST(Verdict, InternalErrorAfterAGoodRunStillReportsAndExitsThree) {
   const int rc = test::run_command(
       fmt::format("ulimit -v 1500000; '{}' run '{}/scenarios/smoke.yaml' '{}/big.yaml' --backend host --no-color "
                   "--max-memory 1000 --json '{}/r.json' --junit '{}/r.xml'",
-                  PB_CLI_PATH, PB_SOURCE_DIR, dir, dir, dir),
+                  PB_CLI_PATH, pb::test::source_dir(), dir, dir, dir),
       &out);
   EXPECT_EQ(rc, kExitInternal) << out;
   EXPECT_NE(out.find("out of memory"), std::string::npos) << out;
