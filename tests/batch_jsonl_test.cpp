@@ -16,7 +16,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string src(const std::string& rel) { return pb::test::source_dir() + "/" + rel; }
 
 TEST(BatchJsonl, EngineArraysAndCanonicalFormReadTheSame) {
   const std::string dir = testing::TempDir();
@@ -37,9 +36,9 @@ TEST(BatchJsonl, EngineArraysAndCanonicalFormReadTheSame) {
 }
 
 TEST(BatchJsonl, ShippedScenarioReadsItsLineAndPasses) {
-  const Scenario s = load_scenario(src("scenarios/engine-captured.yaml"));
+  const Scenario s = load_scenario(test::source_path("scenarios/engine-captured.yaml"));
   EXPECT_EQ(s.streams_line, 2);
-  EXPECT_EQ(s.streams_from_jsonl, src("scenarios/engine-batches.jsonl"));
+  EXPECT_EQ(s.streams_from_jsonl, test::source_path("scenarios/engine-batches.jsonl"));
   const std::vector<StreamSpec> st = resolve_streams(s);
   ASSERT_EQ(st.size(), 4u);
   EXPECT_EQ(st[0].chunk_start, 811);
@@ -55,7 +54,7 @@ TEST(BatchJsonl, SweepRunsEveryLineNamedByItsNumber) {
   const fs::path out = fs::path(testing::TempDir()) / "pb_sweep_jsonl";
   fs::remove_all(out);
   SweepOptions o;
-  o.inputs = {src("scenarios/engine-captured.yaml")};
+  o.inputs = {test::source_path("scenarios/engine-captured.yaml")};
   o.grid = {"line=all"};
   o.out_dir = out.string();
   o.run.backend = "host";
@@ -75,7 +74,7 @@ TEST(BatchJsonl, SweepRunsEveryLineNamedByItsNumber) {
   EXPECT_TRUE(r.all_passed());
   // A scenario whose streams are not from a file cannot take the axis.
   SweepOptions plain = o;
-  plain.inputs = {src("scenarios/smoke.yaml")};
+  plain.inputs = {test::source_path("scenarios/smoke.yaml")};
   plain.grid = {"line=1"};
   try {
     run_sweep(plain);

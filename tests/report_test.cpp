@@ -351,8 +351,6 @@ TEST(ReportJson, HoldsEveryFieldAndNullForNaN) {
   EXPECT_EQ(back, j);
 }
 
-std::string source_path(const std::string& rel) { return pb::test::source_dir() + "/" + rel; }
-
 using pb::test::run_command;
 
 std::string temp_file(const char* name) {
@@ -366,8 +364,8 @@ TEST(ReportJson, ValidatesAgainstSchema) {
                     "python3-jsonschema; scripts/deps.sh installs it): "
                  << probe;
   const std::string validate = fmt::format("/usr/bin/python3 '{}' '{}' ",
-                                           source_path("tests/validate_report.py"),
-                                           source_path("lib/report_schema.json"));
+                                           test::source_path("tests/validate_report.py"),
+                                           test::source_path("lib/report_schema.json"));
   nlohmann::json j = report_json({passing_run(), failing_run()});
   const std::string good = temp_file("good.json");
   write_json(good, j);
@@ -393,7 +391,7 @@ TEST(ReportJson, ValidatesAgainstSchema) {
 
 // The schema's enums are the library's names.
 TEST(ReportJson, SchemaNamesMatchLibrary) {
-  std::ifstream in(source_path("lib/report_schema.json"));
+  std::ifstream in(test::source_path("lib/report_schema.json"));
   ASSERT_TRUE(in) << "lib/report_schema.json";
   const nlohmann::json schema = nlohmann::json::parse(in);
   EXPECT_EQ(schema.at("properties").at("schema_version").at("const"), kReportSchemaVersion);

@@ -31,7 +31,6 @@ namespace fs = std::filesystem;
 namespace pb {
 namespace {
 
-std::string source(const std::string& rel) { return pb::test::source_dir() + "/" + rel; }
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -105,7 +104,7 @@ TEST(SweepGrid, ParsesAndValidatesAxes) {
 std::string fields(const Scenario& s) { return scenario_yaml(s); }
 
 TEST(SweepYaml, EveryShippedScenarioRoundTrips) {
-  for (const fs::directory_entry& e : fs::directory_iterator(source("scenarios"))) {
+  for (const fs::directory_entry& e : fs::directory_iterator(test::source_path("scenarios"))) {
     if (e.path().extension() != ".yaml") continue;
     const Scenario a = load_scenario(e.path().string());
     const std::string yaml = scenario_yaml(a, {"a comment", "another"});
@@ -126,14 +125,14 @@ TEST(SweepYaml, EveryShippedScenarioRoundTrips) {
   }
   // The same bytes: the generated batch of the rewritten file is the original's.
   for (const char* f : {"scenarios/smoke.yaml", "scenarios/continuation-chunks.yaml", "scenarios/mrope-image.yaml"}) {
-    const Scenario a = load_scenario(source(f));
+    const Scenario a = load_scenario(test::source_path(f));
     const Scenario b = parse_scenario(scenario_yaml(a), "roundtrip.yaml");
     EXPECT_EQ(generate_batch(a).inputs_checksum, generate_batch(b).inputs_checksum) << f;
   }
 }
 
 TEST(SweepYaml, QuotesStringsAndKeepsOptionalFields) {
-  Scenario s = load_scenario(source("scenarios/smoke.yaml"));
+  Scenario s = load_scenario(test::source_path("scenarios/smoke.yaml"));
   s.name = "we\"ird: name\\ # not a comment\n\ttab \xC3\xA9";
   s.description = "";
   s.model.rope_theta = 1e6;
@@ -155,7 +154,7 @@ TEST(SweepYaml, QuotesStringsAndKeepsOptionalFields) {
 }
 
 TEST(SweepDerive, HeadDimCarriesRotaryAndMropeSections) {
-  const Scenario mrope = load_scenario(source("scenarios/mrope-image.yaml"));  // 16/24/24 over 128
+  const Scenario mrope = load_scenario(test::source_path("scenarios/mrope-image.yaml"));  // 16/24/24 over 128
   std::vector<std::string> notes;
   const Scenario d = derive_scenario(mrope, point({{"head_dim", "64"}}), &notes);
   EXPECT_EQ(d.name, mrope.name + "@head_dim=64");
@@ -167,7 +166,7 @@ TEST(SweepDerive, HeadDimCarriesRotaryAndMropeSections) {
   EXPECT_TRUE(notes.empty());
   EXPECT_NO_THROW(parse_scenario(scenario_yaml(d), "d.yaml"));
 
-  const Scenario qwen = load_scenario(source("scenarios/qwen3-next.yaml"));  // partial rotary
+  const Scenario qwen = load_scenario(test::source_path("scenarios/qwen3-next.yaml"));  // partial rotary
   const Scenario q = derive_scenario(qwen, point({{"head_dim", "128"}}));
   EXPECT_EQ(q.model.rotary_dim * qwen.model.head_dim, qwen.model.rotary_dim * 128);
   const std::string m = input_error([&] { derive_scenario(mrope, point({{"head_dim", "100"}})); });
@@ -175,7 +174,7 @@ TEST(SweepDerive, HeadDimCarriesRotaryAndMropeSections) {
 }
 
 TEST(SweepDerive, ScaleMultipliesEveryStreamAndDropsSizes) {
-  const Scenario base = load_scenario(source("scenarios/continuation-chunks.yaml"));  // explicit blocks, num_blocks
+  const Scenario base = load_scenario(test::source_path("scenarios/continuation-chunks.yaml"));  // explicit blocks, num_blocks
   std::vector<std::string> notes;
   const Scenario d = derive_scenario(base, point({{"scale", "2"}}), &notes);
   const std::vector<StreamSpec> before = resolve_streams(base), after = resolve_streams(d);
@@ -196,7 +195,7 @@ TEST(SweepDerive, ScaleMultipliesEveryStreamAndDropsSizes) {
   EXPECT_NO_THROW(validate_resources(back));
 
   // scale=1 on generated streams: the same streams, so the same batch.
-  const Scenario mixed = load_scenario(source("scenarios/smoke.yaml"));
+  const Scenario mixed = load_scenario(test::source_path("scenarios/smoke.yaml"));
   const Scenario one = parse_scenario(scenario_yaml(derive_scenario(mixed, point({{"scale", "1"}}))), "one.yaml");
   EXPECT_EQ(generate_batch(one).inputs_checksum, generate_batch(mixed).inputs_checksum);
   // Rounded, never below one token.
@@ -213,7 +212,7 @@ std::string row_of(const std::vector<std::string>& csv, const std::string& point
 
 TEST(Sweep, SmokeTwoByTwoOnHostWritesTheExpectedFiles) {
   TempDir in("in"), out("out");
-  fs::copy_file(source("scenarios/smoke.yaml"), in / "smoke.yaml");
+  fs::copy_file(test::source_path("scenarios/smoke.yaml"), in / "smoke.yaml");
   SweepOptions o;
   o.inputs = {in.path()};
   o.grid = {"head_dim=64,128", "block_size=16,32"};
@@ -265,7 +264,7 @@ TEST(Sweep, SmokeTwoByTwoOnHostWritesTheExpectedFiles) {
 TEST(Sweep, InvalidPointsAreSkippedWithTheReason) {
   TempDir out("skip");
   SweepOptions o;
-  o.inputs = {source("scenarios/smoke.yaml")};
+  o.inputs = {test::source_path("scenarios/smoke.yaml")};
   o.grid = {"num_kv_heads=2,3"};  // 4 q heads: 3 kv heads is no GQA ratio
   o.out_dir = out.path();
   o.run.backend = "host";
@@ -285,14 +284,14 @@ TEST(Sweep, InvalidPointsAreSkippedWithTheReason) {
 TEST(Sweep, BadInputWritesNothing) {
   TempDir tmp("bad");
   SweepOptions o;
-  o.inputs = {source("scenarios/smoke.yaml")};
+  o.inputs = {test::source_path("scenarios/smoke.yaml")};
   o.out_dir = tmp / "never";
   o.grid = {"streams=mixed,uniform"};
   EXPECT_NE(input_error([&] { run_sweep(o); }).find("unknown axis 'streams'"), std::string::npos);
   o.grid = {};
   EXPECT_NE(input_error([&] { run_sweep(o); }).find("at least one --grid"), std::string::npos);
   o.grid = {"head_dim=64"};
-  o.inputs = {source("tests/bad/gqa-ratio.yaml")};
+  o.inputs = {test::source_path("tests/bad/gqa-ratio.yaml")};
   EXPECT_NE(input_error([&] { run_sweep(o); }).find("gqa-ratio.yaml:5:3"), std::string::npos);
   o.inputs = {tmp / "no-such-dir"};
   EXPECT_NE(input_error([&] { run_sweep(o); }).find("no such directory or scenario file"), std::string::npos);
@@ -302,7 +301,7 @@ TEST(Sweep, BadInputWritesNothing) {
 TEST(Sweep, CtestProjectWithResourceGroups) {
   TempDir out("ctest");
   SweepOptions o;
-  o.inputs = {source("scenarios/smoke.yaml")};
+  o.inputs = {test::source_path("scenarios/smoke.yaml")};
   o.grid = {"head_dim=64,128", "block_size=16,32"};
   o.out_dir = out.path();
   o.ctest = true;

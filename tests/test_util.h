@@ -16,6 +16,9 @@ inline std::string source_dir() {
   return env && *env ? env : PB_SOURCE_DIR;
 }
 
+// A file of that tree: source_path("scenarios/smoke.yaml").
+inline std::string source_path(const std::string& rel) { return source_dir() + "/" + rel; }
+
 // Runs `command` in the shell; returns its exit status (-1 when it did not
 // exit normally) and appends what it printed to `output` (stderr too unless
 // the command redirects it itself).
