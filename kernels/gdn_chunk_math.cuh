@@ -121,17 +121,85 @@ __device__ __forceinline__ float2 qk_inv_norms(const uint4& qraw, const uint4& k
   return make_float2(1.f / sqrtf(ssq + 1e-6f), 1.f / sqrtf(ssk + 1e-6f));
 }
 
+// 4 q and 4 k values (two bf16 pairs each) scaled by their inverse norms, rounded to tf32, stored.
+__device__ __forceinline__ void store_qk4(const uint2& qraw, const uint2& kraw, float2 inv, float* qd, float* kd) {
+  float qf[4], kf[4];
+  unpack4(qraw, qf);
+  unpack4(kraw, kf);
+  *reinterpret_cast<float4*>(kd) = make_float4(tf32_round(kf[0] * inv.y), tf32_round(kf[1] * inv.y),
+                                               tf32_round(kf[2] * inv.y), tf32_round(kf[3] * inv.y));
+  *reinterpret_cast<float4*>(qd) = make_float4(tf32_round(qf[0] * inv.x), tf32_round(qf[1] * inv.x),
+                                               tf32_round(qf[2] * inv.x), tf32_round(qf[3] * inv.x));
+}
+
 // 8 q and 8 k values scaled by their inverse norms, rounded to tf32, stored.
 __device__ __forceinline__ void store_qk8(const uint4& qraw, const uint4& kraw, float2 inv, float* qd, float* kd) {
-  float qf[8], kf[8];
-  unpack8(qraw, qf);
-  unpack8(kraw, kf);
+  store_qk4(make_uint2(qraw.x, qraw.y), make_uint2(kraw.x, kraw.y), inv, qd, kd);
+  store_qk4(make_uint2(qraw.z, qraw.w), make_uint2(kraw.z, kraw.w), inv, qd + 4, kd + 4);
+}
+
+// Where piece `idx` of a chunk's raw rows lands in shared memory. The raw rows are L
+// 16-byte pieces (8 bf16) a token, copied unpadded; the staged rows are fp32 at a stride
+// of 4 or 8 modulo 32 words. A thread that stored its piece's 8 values as two float4 at 8
+// consecutive columns put lanes j and j + 4 of a quarter-warp on the same banks: two
+// wavefronts where one would do (ncu, the 64-row walk on the H200: half of its STS.128
+// wavefronts excessive, session 38). With L >= 8 the thread takes instead the 4 columns
+// 4 j of each half of its row (j = idx % L): a quarter-warp's float4 stores cover 32
+// consecutive columns of one row, conflict-free at any stride. At L = 8 (8 lanes a row)
+// odd rows take their upper half first, so that a half-warp's 8-byte raw reads cover one
+// 128-byte row whole. The same values land in the same places (bit-identical); below 8
+// lanes a row the thread keeps its 8 consecutive columns (raw piece idx, column 8 j).
+template <int L>
+struct RawHalves {
+  static constexpr bool kSplit = L >= 8;
+  // the raw 8-byte piece (an index into the row's 2 L uint2) and the column of half hh (0, 1)
+  __device__ __forceinline__ static int piece(int idx, int hh) {
+    const int tt = idx / L, j = idx % L, half = L == 8 ? hh ^ (tt & 1) : hh;
+    return half * L + j;
+  }
+  __device__ __forceinline__ static int col(int idx, int hh) { return 4 * piece(idx, hh); }
+};
+
+// One staging thread's piece idx of a chunk's q and k: raw rows Rq, Rk (L pieces a token),
+// scaled by the token's inverse norms inv, rounded to tf32, into Qd and Kd [tokens][ks].
+template <int L>
+__device__ __forceinline__ void stage_qk_piece(const uint4* Rq, const uint4* Rk, float2 inv, int idx, float* Qd,
+                                               float* Kd, int ks) {
+  const int tt = idx / L;
+  if constexpr (RawHalves<L>::kSplit) {
+    const uint2* q2 = reinterpret_cast<const uint2*>(Rq + tt * L);
+    const uint2* k2 = reinterpret_cast<const uint2*>(Rk + tt * L);
 #pragma unroll
-  for (int e = 0; e < 8; e += 4) {
-    *reinterpret_cast<float4*>(kd + e) = make_float4(tf32_round(kf[e] * inv.y), tf32_round(kf[e + 1] * inv.y),
-                                                     tf32_round(kf[e + 2] * inv.y), tf32_round(kf[e + 3] * inv.y));
-    *reinterpret_cast<float4*>(qd + e) = make_float4(tf32_round(qf[e] * inv.x), tf32_round(qf[e + 1] * inv.x),
-                                                     tf32_round(qf[e + 2] * inv.x), tf32_round(qf[e + 3] * inv.x));
+    for (int hh = 0; hh < 2; ++hh) {
+      const int pc = RawHalves<L>::piece(idx, hh), c = 4 * pc;
+      store_qk4(q2[pc], k2[pc], inv, Qd + tt * ks + c, Kd + tt * ks + c);
+    }
+  } else {
+    const int c = 8 * (idx % L);
+    store_qk8(Rq[idx], Rk[idx], inv, Qd + tt * ks + c, Kd + tt * ks + c);
+  }
+}
+
+// One staging thread's piece idx of a chunk's v: raw rows Rv (L pieces a token) into Dd
+// [tokens][ds], fp32.
+template <int L>
+__device__ __forceinline__ void stage_v_piece(const uint4* Rv, int idx, float* Dd, int ds) {
+  const int tt = idx / L;
+  if constexpr (RawHalves<L>::kSplit) {
+    const uint2* v2 = reinterpret_cast<const uint2*>(Rv + tt * L);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int pc = RawHalves<L>::piece(idx, hh);
+      float vf[4];
+      unpack4(v2[pc], vf);
+      *reinterpret_cast<float4*>(Dd + tt * ds + 4 * pc) = make_float4(vf[0], vf[1], vf[2], vf[3]);
+    }
+  } else {
+    const int c = 8 * (idx % L);
+    float vf[8];
+    unpack8(Rv[idx], vf);
+    *reinterpret_cast<float4*>(Dd + tt * ds + c) = make_float4(vf[0], vf[1], vf[2], vf[3]);
+    *reinterpret_cast<float4*>(Dd + tt * ds + c + 4) = make_float4(vf[4], vf[5], vf[6], vf[7]);
   }
 }
 

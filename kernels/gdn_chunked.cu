@@ -361,20 +361,15 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
     // ---- 1. stage: normalised q, k (tf32), v, the g scan, beta
 #pragma unroll
     for (int u = 0; u < Raw::QU; ++u) {
-      const int idx = tid + kThreads * u, tt = idx / Raw::QL, col = 8 * (idx % Raw::QL);
+      const int idx = tid + kThreads * u;
       if (idx < Raw::QN)  // whole warps
-        store_qk8(R_s[Raw::Q + idx], R_s[Raw::K + idx], reinterpret_cast<const float2*>(R_s + Raw::N)[tt],
-                  &KQ_s[(kC + tt) * KS + col], &KQ_s[tt * KS + col]);
+        stage_qk_piece<Raw::QL>(R_s + Raw::Q, R_s + Raw::K, reinterpret_cast<const float2*>(R_s + Raw::N)[idx / Raw::QL],
+                                idx, KQ_s + kC * KS, KQ_s, KS);
     }
 #pragma unroll
     for (int u = 0; u < Raw::VU; ++u) {
-      const int idx = tid + kThreads * u, tt = idx / Raw::VL, col = 8 * (idx % Raw::VL);
-      if (idx < Raw::VN) {
-        float vf[8];
-        unpack8(R_s[Raw::V + idx], vf);
-        *reinterpret_cast<float4*>(&D_s[tt * VS + col]) = make_float4(vf[0], vf[1], vf[2], vf[3]);
-        *reinterpret_cast<float4*>(&D_s[tt * VS + col + 4]) = make_float4(vf[4], vf[5], vf[6], vf[7]);
-      }
+      const int idx = tid + kThreads * u;
+      if (idx < Raw::VN) stage_v_piece<Raw::VL>(R_s + Raw::V, idx, D_s, VS);
     }
     if (warp == 0) {
       const float G = g_scan(g_next);

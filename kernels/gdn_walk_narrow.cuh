@@ -1,6 +1,6 @@
 // gdn_walk_narrow.cuh: the chunked GDN walk for v blocks of 8 rows (included by
 // gdn_chunked.cu, inside its anonymous namespace: it uses that file's ChunkedParams,
-// WalkCta, kC, kThreads, kCS, kTM and store_qk8). Taken at every k_dim while its CTAs fit
+// WalkCta, kC, kThreads, kCS, kTM; gdn_chunk_math.cuh's stage_qk_piece). Taken at every k_dim while its CTAs fit
 // two per SM (gdn_chunked.cu's launch_k): few (stream, v head) pairs, as a small
 // model's or one tensor-parallel rank's heads over long streams. Such a walk is a
 // chain of dependent steps, chunk after chunk, and its time is that chain's latency,
@@ -158,9 +158,8 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
     const uint4* R_s = raw_at(b);
 #pragma unroll
     for (int idx = st; idx < L::QN; idx += NS) {
-      const int tt = idx / L::QL, col = 8 * (idx % L::QL);
-      store_qk8(R_s[L::RQ + idx], R_s[L::RK + idx], reinterpret_cast<const float2*>(R_s + L::RN)[tt],
-                &d.KQ[(kC + tt) * KS + col], &d.KQ[tt * KS + col]);
+      stage_qk_piece<L::QL>(R_s + L::RQ, R_s + L::RK, reinterpret_cast<const float2*>(R_s + L::RN)[idx / L::QL], idx,
+                            d.KQ + kC * KS, d.KQ, KS);
     }
     if (warp == SW0) {
       float vf[8];
