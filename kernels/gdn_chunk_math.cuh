@@ -152,12 +152,12 @@ __device__ __forceinline__ void store_qk8(const uint4& qraw, const uint4& kraw, 
 template <int L>
 struct RawHalves {
   static constexpr bool kSplit = L >= 8;
-  // the raw 8-byte piece (an index into the row's 2 L uint2) and the column of half hh (0, 1)
+  // the raw 8-byte piece a thread takes for its half hh (0, 1): an index into the row's 2 L
+  // uint2, whose 4 values go to columns 4 piece .. 4 piece + 3
   __device__ __forceinline__ static int piece(int idx, int hh) {
     const int tt = idx / L, j = idx % L, half = L == 8 ? hh ^ (tt & 1) : hh;
     return half * L + j;
   }
-  __device__ __forceinline__ static int col(int idx, int hh) { return 4 * piece(idx, hh); }
 };
 
 // One staging thread's piece idx of a chunk's q and k: raw rows Rq, Rk (L pieces a token),
