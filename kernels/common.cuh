@@ -38,20 +38,17 @@ __device__ __forceinline__ StreamRows stream_rows(const int32_t* cu_seqlens, int
   return s;
 }
 
-// Unpacks 8 bf16 (one 16-byte load) into floats.
+// Unpacks 4 bf16 (one 8-byte load) into floats: a bf16 is an fp32's upper half.
 __device__ __forceinline__ void unpack4(const uint2& u, float* f) {
   f[0] = __uint_as_float(u.x << 16);
   f[1] = __uint_as_float(u.x & 0xffff0000u);
   f[2] = __uint_as_float(u.y << 16);
   f[3] = __uint_as_float(u.y & 0xffff0000u);
 }
+// Unpacks 8 bf16 (one 16-byte load) into floats.
 __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
+  unpack4(make_uint2(u.x, u.y), f);
+  unpack4(make_uint2(u.z, u.w), f + 4);
 }
 
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {

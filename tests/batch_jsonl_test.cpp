@@ -16,7 +16,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 TEST(BatchJsonl, EngineArraysAndCanonicalFormReadTheSame) {
   const std::string dir = testing::TempDir();
   const std::string f = dir + "/forms.jsonl";

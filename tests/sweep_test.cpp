@@ -31,7 +31,6 @@ namespace fs = std::filesystem;
 namespace pb {
 namespace {
 
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;
