@@ -424,14 +424,24 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
       // written out: a product and a difference that the compiler may fuse or not would
       // let R's bits depend on the kernel (the block width), and every walk must round it
       // the same way (gdn_walk_narrow.cuh; the invariance check catches a difference).
+      // A lane's two columns of a row as one float2 (VS = 8 mod 32: a half-warp's pairs are
+      // conflict-free, where single floats put rows g and g + 4 on the same banks).
 #pragma unroll
       for (int ni = 0; ni < TN1; ++ni)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = 16 * pa + fg + 8 * (e >> 1), v = 8 * (pn + ni) + 2 * ft + (e & 1);
+        for (int hr = 0; hr < 2; ++hr) {
+          const int i = 16 * pa + fg + 8 * hr, v = 8 * (pn + ni) + 2 * ft;
           const float gm = Gm_s[i];
-          if (do_r) D_s[i * VS + v] = Bt_s[i] * fmaf(-gm, r[ni][e], D_s[i * VS + v]);
-          if (do_o) o[ni][e] *= gm;
+          if (do_r) {
+            float2* dv = reinterpret_cast<float2*>(&D_s[i * VS + v]);
+            const float bt = Bt_s[i];
+            const float2 x = *dv;
+            *dv = make_float2(bt * fmaf(-gm, r[ni][2 * hr], x.x), bt * fmaf(-gm, r[ni][2 * hr + 1], x.y));
+          }
+          if (do_o) {
+            o[ni][2 * hr] *= gm;
+            o[ni][2 * hr + 1] *= gm;
+          }
         }
     }
     cp_async_wait<1>();  // this chunk's T, M (the next chunk's raw copy may still be in flight)
