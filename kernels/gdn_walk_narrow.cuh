@@ -192,12 +192,21 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
       ldsm_x2(bs, b_row + 4 * kk);
       mma_tf32(acc, a, bs);
     }
+    // (a lane's two columns of a row as one float2: at VS = 24 a half-warp's pairs are
+    // conflict-free, where single floats put rows g and g + 4 on the same banks)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = 16 * pa + fg + 8 * (e >> 1), v = 2 * ft + (e & 1);
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = 16 * pa + fg + 8 * hr;
       const float gm = d.Gm[i];
-      if (do_r) d.D[i * VS + v] = d.Bt[i] * fmaf(-gm, acc[e], d.D[i * VS + v]);  // as gdn_chunked_kernel rounds it
-      else o[0][e] = acc[e] * gm;
+      if (do_r) {  // as gdn_chunked_kernel rounds it
+        float2* dv = reinterpret_cast<float2*>(&d.D[i * VS + 2 * ft]);
+        const float bt = d.Bt[i];
+        const float2 x = *dv;
+        *dv = make_float2(bt * fmaf(-gm, acc[2 * hr], x.x), bt * fmaf(-gm, acc[2 * hr + 1], x.y));
+      } else {
+        o[0][2 * hr] = acc[2 * hr] * gm;
+        o[0][2 * hr + 1] = acc[2 * hr + 1] * gm;
+      }
     }
   };
 
