@@ -38,6 +38,7 @@
 #include "kernels/gdn_params.cuh"
 #include "kernels/gdn_chunk_math.cuh"
 #include "kernels/gdn_state_update.cuh"
+#include "kernels/gdn_walk_plan.h"
 #include "kernels/mma_tf32.cuh"
 
 namespace pb::kernels {
@@ -51,11 +52,16 @@ constexpr int kThreads = 256;  // 8 warps
 constexpr int kCS = kC + 4;    // stride of [C][C] tiles in shared memory (4 mod 32)
 constexpr int kTM = 2 * kC * kC;  // floats of one (chunk, v head)'s T then M in the workspace
 
+// The lockstep walk's work queue (WalkQueue below): kQueueHead ints (two counters, the
+// plan), then per SM (by %smid, below kQueueSms) an arrival ticket and a flag.
+constexpr int kQueueSms = 512, kQueueHead = 4, kQueueInts = kQueueHead + 2 * kQueueSms, kQueuePlan = 2;
+
 struct ChunkedParams {
   GdnParams p;
   GdnChunkListView list;          // the chunk list (gdn_chunk_list.h)
   float* tm;                      // [max_chunks][Hv][T | M] (kTM floats each)
   float2* nrm;                    // [Hk][total_tokens] inverse l2 norms of q, k
+  int* queue;                     // [kQueueInts] the lockstep walk's work queue (WalkQueue); null: no queue walk
 };
 
 // ---- 1. prep: one CTA per (chunk, k head). Shared: K, Q [C][KS] tf32; per v head
@@ -78,6 +84,9 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
   static_assert(kThreads % (HP * 32) == 0 && HP <= kThreads / 32, "whole warps per head");
   const GdnParams& p = s.p;
   const int item = blockIdx.x, kh = blockIdx.y;
+  if (s.queue && item == 0 && kh == 0)  // the queue walk's counters (not the plan), read after its pdl_wait
+    for (int i = threadIdx.x; i < kQueueInts; i += kThreads)
+      if (i != kQueuePlan) s.queue[i] = 0;
   if (item >= *s.list.count || item >= s.list.max_chunks) return;
   const GdnChunkItem it = s.list.items[item];
   if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.list.max_chunks) return;
@@ -196,10 +205,10 @@ struct WalkCta {
   size_t q_off, k_off, v_off, out_stride;
 };
 template <int VB>
-__device__ __forceinline__ bool walk_cta(const ChunkedParams& s, WalkCta& w) {
+__device__ __forceinline__ bool walk_cta(const ChunkedParams& s, WalkCta& w, unsigned item = blockIdx.x) {
   const GdnParams& p = s.p;
   GdnCtaHead head;
-  if (!gdn_cta_head(p, head)) return false;
+  if (!gdn_cta_head(p, head, item)) return false;
   w.h = head.h;
   w.kh = head.kh;
   w.sr = head.sr;
@@ -214,6 +223,59 @@ __device__ __forceinline__ bool walk_cta(const ChunkedParams& s, WalkCta& w) {
   w.out_stride = static_cast<size_t>(p.num_v_heads) * p.v_dim;
   return true;
 }
+
+// The lockstep walk's work queue, for a batch whose plan (gdn_walk_plan.h, written by
+// prepare) gives its longest streams an SM each. Its items (stream-major in launch order,
+// then v head, then v block) are claimed by resident CTAs, each walking one item's chain
+// of chunks after another. The first CTA to arrive on an SM claims one of the planned
+// streams' items while any is left and keeps the SM for it: a CTA arriving there after it
+// leaves. Every other claim takes the next item in launch order. Which CTA walks which
+// item changes no sum's order: the bits are the same as the one-item-a-CTA launch's.
+// s.queue: [0] next ordinary item, [1] next exclusive item (zeroed by the prep every
+// launch), [2] the plan's stream count (prepare's), then per SM id a ticket (CTAs that
+// arrived) and a flag (0 undecided, 1 exclusive, 2 shared), zeroed by the prep.
+struct WalkQueue {
+  int items, exclusive, sm;  // sm: this CTA's %smid, or -1 past kQueueSms
+  bool first;                // no claim made yet
+
+  // Thread 0, after pdl_wait: the plan read back, bounded by the batch.
+  __device__ void start(const ChunkedParams& s) {
+    const GdnParams& p = s.p;
+    const int per_stream = p.num_v_heads * p.blocks;
+    items = p.batch_size * per_stream;
+    exclusive = min(max(s.queue[kQueuePlan], 0), p.batch_size) * per_stream;
+    unsigned id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    sm = id < kQueueSms ? static_cast<int>(id) : -1;
+    first = true;
+  }
+
+  // Thread 0: the next item for this CTA, or -1 (leave: nothing left, or this SM is
+  // another CTA's).
+  __device__ int claim(const ChunkedParams& s) {
+    int* q = s.queue;
+    const bool first_claim = first;
+    first = false;
+    if (first_claim && sm >= 0 && exclusive > 0) {
+      int* ticket = q + kQueueHead + 2 * sm;
+      volatile int* flag = ticket + 1;
+      if (atomicAdd(ticket, 1) == 0) {
+        const int e = atomicAdd(q + 1, 1);
+        *flag = e < exclusive ? 1 : 2;
+        __threadfence();
+        if (e < exclusive) return e;
+      } else {
+        int f;
+        while ((f = *flag) == 0) __nanosleep(64);  // the SM's first CTA is resident: it decides at once
+        if (f == 1) return -1;
+      }
+    }
+    const int i = exclusive + atomicAdd(q, 1);
+    if (i < items) return i;
+    const int e = exclusive > 0 ? atomicAdd(q + 1, 1) : exclusive;  // any not yet claimed
+    return e < exclusive ? e : -1;
+  }
+};
 
 // The walk's per-chunk tile products, shared by both walks (this file's and
 // gdn_walk_narrow.cuh's) so that they sum the same products in the same order. A warp
@@ -259,8 +321,10 @@ __device__ __forceinline__ void p3_out_tile(float (&o)[TN][4], const float* M, c
     }
 }
 
+// The walk of one item (gdn_cta_head's): its state loaded, its stream's chunks in order, its
+// state stored. sm: the kernel's dynamic shared memory (ChunkSmem).
 template <int KP, int VB>
-__global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams s) {
+__device__ __forceinline__ void walk_item(const ChunkedParams& s, unsigned item, float* sm) {
   using namespace detail;
   using L = ChunkSmem<KP, VB>;
   using Raw = ChunkRaw<KP, VB>;
@@ -272,7 +336,6 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
   constexpr bool kRoles = VB == 16;
   constexpr int TN1 = kRoles ? 1 : VB / 32;
   static_assert((VB == 16 || VB % 32 == 0) && KP % 32 == 0, "tile shapes");
-  extern __shared__ __align__(16) float sm[];
   float* S_s = sm + L::S;
   float* KQ_s = sm + L::KQ;
   float* D_s = sm + L::D;
@@ -288,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
   const int fg = lane >> 2, ft = lane & 3;  // fragment row group / column
   const GdnParams& p = s.p;
   WalkCta w;
-  if (!walk_cta<VB>(s, w)) return;
+  if (!walk_cta<VB>(s, w, item)) return;
   const int h = w.h, kh = w.kh, v0 = w.v0, vn = w.vn, c_first = w.c_first;
   const StreamRows sr = w.sr;
 
@@ -477,13 +540,36 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams 
   gdn_state_store(Sr, w.S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
 }
 
+// The lockstep walk: one item a CTA (blockIdx.x), or with kQueue items claimed from the
+// queue until none is left (WalkQueue).
+template <int KP, int VB, bool kQueue>
+__global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams s) {
+  extern __shared__ __align__(16) float sm[];
+  if constexpr (!kQueue) {
+    walk_item<KP, VB>(s, blockIdx.x, sm);
+  } else {
+    __shared__ int item_s;
+    __shared__ WalkQueue queue;  // thread 0's (in shared memory: no registers held across items)
+    detail::pdl_wait();          // the prep has zeroed the queue's counters
+    if (threadIdx.x == 0) queue.start(s);
+    for (;;) {
+      __syncthreads();  // every thread has read item_s
+      if (threadIdx.x == 0) item_s = queue.claim(s);
+      __syncthreads();
+      const int item = item_s;
+      if (item < 0) break;
+      walk_item<KP, VB>(s, item, sm);
+    }
+  }
+}
+
 #include "kernels/gdn_walk_narrow.cuh"
 
 // The walk's kernel and shared memory at a block width: 8 rows, gdn_walk_narrow.cuh's.
-template <int KP, int VB, int RB>
+template <int KP, int VB, int RB, bool kQueue = false>
 constexpr auto walk_kernel() {
   if constexpr (VB == 8) return gdn_walk_narrow<KP, RB>;
-  else return gdn_chunked_kernel<KP, VB>;
+  else return gdn_chunked_kernel<KP, VB, kQueue>;
 }
 template <int KP, int VB, int RB>
 constexpr size_t walk_smem() {
@@ -497,9 +583,9 @@ constexpr size_t walk_smem() {
 // shared memory, so that its CTAs still spread one per SM when they start beside
 // the prep's: each walks a chain of chunks, and two on one SM ran 28% slower
 // (2 / 8 heads, 2 x 4096, PERF-NOTES "gdn v7").
-template <int KP, int VB, int RB>
+template <int KP, int VB, int RB, bool kQueue = false>
 cudaError_t launch_walk_grid(cudaStream_t stream, const ChunkedParams& s, long long ctas) {
-  constexpr auto kernel = walk_kernel<KP, VB, RB>();
+  constexpr auto kernel = walk_kernel<KP, VB, RB, kQueue>();
   constexpr size_t bytes = walk_smem<KP, VB, RB>();
   static size_t whole_sm = 0;  // dynamic shared memory that leaves room for no second CTA
   if (!whole_sm) {
@@ -513,21 +599,26 @@ cudaError_t launch_walk_grid(cudaStream_t stream, const ChunkedParams& s, long l
     whole_sm = std::max(bytes, half);
   }
   const size_t smem = ctas <= detail::sm_count() ? whole_sm : bytes;
-  return detail::launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem,
-                            stream, s);
+  // with the queue, the CTAs that can be resident, each claiming items until none is left
+  const long long grid = kQueue ? std::min(ctas, 1LL * GdnWalkPlanTraits::kCtasPerSm * detail::sm_count()) : ctas;
+  return detail::launch_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, stream, s);
 }
 
 // The narrow walk with one CTA per SM has the shared memory for a second raw buffer: its
 // staging warps then start a chunk's copies two chunks ahead (the bits are the same). Taken
 // at k_dim 128 only: 3% faster there (2 / 8 heads, 1 x 16384), 2% slower at 64 (4 / 8
 // heads), even at 32 (H100, PERF-NOTES "Session 35").
+// queue: the batch's plan gives streams an SM each (the lockstep walk's WalkQueue).
 template <int KP, int VB>
-cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
+cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s, bool queue) {
   s.p.blocks = (s.p.v_dim + VB - 1) / VB;
   const long long ctas = static_cast<long long>(s.p.batch_size) * s.p.num_v_heads * s.p.blocks;
   if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
-  if constexpr (VB == 8 && KP == 128)
-    if (ctas <= detail::sm_count()) return launch_walk_grid<KP, VB, 2>(stream, s, ctas);
+  if constexpr (VB == 8) {
+    if (KP == 128 && ctas <= detail::sm_count()) return launch_walk_grid<KP, VB, 2>(stream, s, ctas);
+  } else if constexpr (VB >= 32) {  // (16-row blocks are taken only while each CTA has an SM)
+    if (queue) return launch_walk_grid<KP, VB, 1, true>(stream, s, ctas);
+  }
   return launch_walk_grid<KP, VB, 1>(stream, s, ctas);
 }
 
@@ -553,20 +644,31 @@ cudaError_t launch_prep(cudaStream_t stream, const ChunkedParams& s) {
   return cudaGetLastError();
 }
 
+// The walk's block width for this batch (the rule above): 64, 32, 16 or 8 (the narrow walk).
+int walk_rows(const LayerShape& shape, uint32_t batch_size, int sms) {
+  const long long heads = static_cast<long long>(batch_size) * shape.num_v_heads;
+  const int v = shape.v_dim;
+  if (v > 32 && heads * ((v + 63) / 64) >= 2LL * sms) return 64;
+  // (16 rows need k_dim > 32: 16 x 32 is four state tiles for eight warps)
+  if (v > 16 && heads * ((v + 15) / 16) > sms) return 32;
+  if (heads * ((v + 7) / 8) <= 2LL * sms) return 8;
+  return shape.k_dim <= 32 ? 32 : 16;
+}
+
 template <int KP>
-cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s) {
+cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s, const GdnArgs& args, bool queue) {
   const GdnParams& p = s.p;
   const int group = p.num_v_heads / p.num_k_heads;  // v heads side by side in the prep: up to 4
   const cudaError_t pe = group >= 4   ? launch_prep<KP, 4>(stream, s)
                          : group >= 2 ? launch_prep<KP, 2>(stream, s)
                                       : launch_prep<KP, 1>(stream, s);
   if (pe != cudaSuccess) return pe;
-  const long long heads = static_cast<long long>(p.batch_size) * p.num_v_heads, fill = 2LL * detail::sm_count();
-  if (p.v_dim > 32 && heads * ((p.v_dim + 63) / 64) >= fill) return launch_walk<KP, 64>(stream, s);
-  // (16 rows need k_dim > 32: 16 x 32 is four state tiles for eight warps)
-  if (p.v_dim > 16 && heads * ((p.v_dim + 15) / 16) > detail::sm_count()) return launch_walk<KP, 32>(stream, s);
-  if (heads * ((p.v_dim + 7) / 8) <= 2LL * detail::sm_count()) return launch_walk<KP, 8>(stream, s);
-  return launch_walk<KP, KP == 32 ? 32 : 16>(stream, s);
+  switch (walk_rows(args.shape, args.batch_size, detail::sm_count())) {
+    case 64: return launch_walk<KP, 64>(stream, s, queue);
+    case 32: return launch_walk<KP, 32>(stream, s, queue);
+    case 16: if constexpr (KP > 32) return launch_walk<KP, 16>(stream, s, queue); else return cudaErrorInvalidValue;
+    default: return launch_walk<KP, 8>(stream, s, queue);
+  }
 }
 
 }  // namespace
@@ -576,8 +678,17 @@ GdnChunkedLayout gdn_chunked_layout(const LayerShape& shape, uint32_t total_toke
   l.list = gdn_chunk_list_layout(total_tokens, batch_size);
   l.tm = l.list.bytes;
   l.nrm = l.tm + gdn_round256(uint64_t(l.list.max_chunks) * shape.num_v_heads * kTM * sizeof(float));
-  l.bytes = l.nrm + gdn_round256(uint64_t(shape.num_k_heads) * total_tokens * sizeof(float2));
+  l.sched = l.nrm + gdn_round256(uint64_t(shape.num_k_heads) * total_tokens * sizeof(float2));
+  l.plan = l.sched + kQueuePlan * sizeof(int);
+  l.bytes = l.sched + gdn_round256(kQueueInts * sizeof(int));
   return l;
+}
+
+int plan_gdn_chunked_walk(const LayerShape& shape, uint32_t batch_size, const std::vector<int32_t>& chunks) {
+  if (!gdn_chunked_supports(shape)) return 0;
+  const int sms = detail::sm_count(), rows = walk_rows(shape, batch_size, sms);
+  if (rows < 32) return 0;
+  return plan_gdn_walk_exclusive(chunks, shape.num_v_heads * ((shape.v_dim + rows - 1) / rows), sms);
 }
 
 bool gdn_chunked_supports(const LayerShape& shape) {
@@ -586,7 +697,7 @@ bool gdn_chunked_supports(const LayerShape& shape) {
          shape.v_dim % 8 == 0 && shape.num_k_heads <= 65535;
 }
 
-cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_t scratch) {
+cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_t scratch, int walk_plan_streams) {
   const LayerShape& shape = args.shape;
   if (!gdn_chunked_supports(shape)) return cudaErrorInvalidValue;
   if (args.batch_size == 0) return cudaSuccess;
@@ -598,9 +709,11 @@ cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_
   s.list = gdn_chunk_list_view(scratch, l.list);
   s.tm = reinterpret_cast<float*>(scratch + l.tm);
   s.nrm = reinterpret_cast<float2*>(scratch + l.nrm);
-  if (shape.k_dim <= 32) return launch_k<32>(stream, s);
-  if (shape.k_dim <= 64) return launch_k<64>(stream, s);
-  return launch_k<128>(stream, s);
+  const bool queue = walk_plan_streams > 0;
+  s.queue = queue ? reinterpret_cast<int*>(scratch + l.sched) : nullptr;
+  if (shape.k_dim <= 32) return launch_k<32>(stream, s, args, queue);
+  if (shape.k_dim <= 64) return launch_k<64>(stream, s, args, queue);
+  return launch_k<128>(stream, s, args, queue);
 }
 
 }  // namespace pb::kernels

@@ -50,8 +50,9 @@ inline GdnParams gdn_params(const GdnArgs& a) {
   return p;
 }
 
-// What one CTA of a state walk owns, from blockIdx.x (stream-major through p.order,
-// then v head, then block of v rows): stream b, v head h and its k head kh, block vb
+// What one CTA of a state walk owns, from its work item (blockIdx.x, or a queue's entry
+// below batch_size x num_v_heads x blocks; stream-major through p.order, then v head,
+// then block of v rows): stream b, v head h and its k head kh, block vb
 // of p.blocks, the stream's rows, and the head's [v_dim][k_dim] fp32 state S_g.
 struct GdnCtaHead {
   int b, h, kh, vb;
@@ -59,10 +60,10 @@ struct GdnCtaHead {
   float* S_g;
 };
 // False: the order entry names no stream of the batch (the CTA has nothing to do).
-__device__ __forceinline__ bool gdn_cta_head(const GdnParams& p, GdnCtaHead& c) {
+__device__ __forceinline__ bool gdn_cta_head(const GdnParams& p, GdnCtaHead& c, unsigned item = blockIdx.x) {
   const int per_stream = p.num_v_heads * p.blocks;
-  const int ob = blockIdx.x / per_stream;
-  const int rem = blockIdx.x - ob * per_stream;
+  const int ob = item / per_stream;
+  const int rem = item - ob * per_stream;
   c.h = rem / p.blocks;
   c.vb = rem - c.h * p.blocks;
   c.b = p.order ? p.order[ob] : ob;
