@@ -5,7 +5,8 @@
 # bundle/tests/) with --backend cuda, the fault matrix on the CUDA backend
 # (every fault on every scenario where it can show; it must trip its check),
 # compute-sanitizer memcheck and racecheck on the smoke scenario, racecheck and
-# synccheck on tests/gdn-narrow-buffers.yaml (the narrow gdn walk at k_dim 128),
+# synccheck on tests/gdn-narrow-buffers.yaml (the narrow gdn walk at k_dim 128) and
+# tests/gdn-planned-walk.yaml (the gdn walk's queue),
 # memcheck under the faults that corrupt metadata read back, and the GPU
 # tests (cuda_backend_test; pb_tests' cuda cases with PB_RUN_PB_TESTS=1); then
 # prints a short summary table last. Everything lands in
@@ -140,9 +141,11 @@ if [[ "$skip" != *" sanitizer "* ]]; then
   : > "$out/sanitizer.txt"
   # smoke under memcheck and racecheck; the narrow gdn walk at k_dim 128, both of its
   # launches (one raw buffer co-batched, two alone), under racecheck and synccheck: the
-  # walk whose staging warps run P4 too, which smoke (k_dim 32) never takes.
+  # walk whose staging warps run P4 too, which smoke (k_dim 32) never takes; the gdn walk's
+  # queue (gdn-planned-walk: planned on 132-SM devices) under racecheck and synccheck.
   for pair in "memcheck scenarios/smoke" "racecheck scenarios/smoke" \
-              "racecheck tests/gdn-narrow-buffers" "synccheck tests/gdn-narrow-buffers"; do
+              "racecheck tests/gdn-narrow-buffers" "synccheck tests/gdn-narrow-buffers" \
+              "racecheck tests/gdn-planned-walk" "synccheck tests/gdn-planned-walk"; do
     read -r tool f <<< "$pair"
     [ -f "$B/$f.yaml" ] || { echo "$tool $(basename "$f"): not in the bundle: exit 2" >> "$out/sanitizer.txt"; continue; }
     echo "--- $tool $(basename "$f")" >> "$out/sanitizer.txt"
