@@ -121,6 +121,17 @@ __device__ __forceinline__ float2 qk_inv_norms(const uint4& qraw, const uint4& k
   return make_float2(1.f / sqrtf(ssq + 1e-6f), 1.f / sqrtf(ssk + 1e-6f));
 }
 
+// R = beta (v - e^G (S0 k)) over v, for one lane's two columns of a row: d points at the
+// pair of v (fp32, 8-byte aligned), r0 / r1 are S0 k there, gm = e^G and bt = beta of the row.
+// v - e^G (S0 k) is one fmaf, written out: a product and a difference that the compiler may
+// fuse or not would let R's bits depend on the walk (the block width), and every walk must
+// round it the same way (the invariance check catches a difference); so every walk calls this.
+__device__ __forceinline__ void r_over_v_pair(float* d, float bt, float gm, float r0, float r1) {
+  float2* dv = reinterpret_cast<float2*>(d);
+  const float2 x = *dv;
+  *dv = make_float2(bt * fmaf(-gm, r0, x.x), bt * fmaf(-gm, r1, x.y));
+}
+
 // 4 q and 4 k values (two bf16 pairs each) scaled by their inverse norms, rounded to tf32, stored.
 __device__ __forceinline__ void store_qk4(const uint2& qraw, const uint2& kraw, float2 inv, float* qd, float* kd) {
   float qf[4], kf[4];

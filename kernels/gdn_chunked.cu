@@ -483,24 +483,17 @@ __device__ __forceinline__ void walk_item(const ChunkedParams& s, unsigned item,
           if (do_o) mma_tf32(o[ni], aq, bs);
         }
       }
-      // R = beta (v - e^G S0 k) over v in D_s; o = e^G S0 q. v - e^G (S0 k) is one fmaf,
-      // written out: a product and a difference that the compiler may fuse or not would
-      // let R's bits depend on the kernel (the block width), and every walk must round it
-      // the same way (gdn_walk_narrow.cuh; the invariance check catches a difference).
-      // A lane's two columns of a row as one float2 (VS = 8 mod 32: a half-warp's pairs are
-      // conflict-free, where single floats put rows g and g + 4 on the same banks).
+      // R = beta (v - e^G S0 k) over v in D_s (r_over_v_pair, as every walk rounds it);
+      // o = e^G S0 q. A lane's two columns of a row as one float2 (VS = 8 mod 32: a
+      // half-warp's pairs are conflict-free, where single floats put rows g and g + 4 on
+      // the same banks).
 #pragma unroll
       for (int ni = 0; ni < TN1; ++ni)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int i = 16 * pa + fg + 8 * hr, v = 8 * (pn + ni) + 2 * ft;
           const float gm = Gm_s[i];
-          if (do_r) {
-            float2* dv = reinterpret_cast<float2*>(&D_s[i * VS + v]);
-            const float bt = Bt_s[i];
-            const float2 x = *dv;
-            *dv = make_float2(bt * fmaf(-gm, r[ni][2 * hr], x.x), bt * fmaf(-gm, r[ni][2 * hr + 1], x.y));
-          }
+          if (do_r) r_over_v_pair(&D_s[i * VS + v], Bt_s[i], gm, r[ni][2 * hr], r[ni][2 * hr + 1]);
           if (do_o) {
             o[ni][2 * hr] *= gm;
             o[ni][2 * hr + 1] *= gm;

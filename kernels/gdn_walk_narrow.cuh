@@ -1,6 +1,6 @@
 // gdn_walk_narrow.cuh: the chunked GDN walk for v blocks of 8 rows (included by
 // gdn_chunked.cu, inside its anonymous namespace: it uses that file's ChunkedParams,
-// WalkCta, kC, kThreads, kCS, kTM; gdn_chunk_math.cuh's stage_qk_piece). Taken at every k_dim while its CTAs fit
+// WalkCta, kC, kThreads, kCS, kTM; gdn_chunk_math.cuh's stage_qk_piece, stage_v_piece). Taken at every k_dim while its CTAs fit
 // two per SM (gdn_chunked.cu's launch_k): few (stream, v head) pairs, as a small
 // model's or one tensor-parallel rank's heads over long streams. Such a walk is a
 // chain of dependent steps, chunk after chunk, and its time is that chain's latency,
@@ -20,9 +20,9 @@
 // Invariants: the same products of the same operands, summed in the same order, as
 // gdn_chunked_kernel at every other block width, so a stream's bits do not depend on
 // the block width its batch gets (the invariance check): outputs are bit-identical to
-// the 16-row walk's; R's v - e^G (S0 k) is the same explicit fmaf there and here (left
-// to the compiler, the fusion differed between the two kernels and the invariance check
-// failed on the H200). Every bound as there: chunk_first checked against max_chunks,
+// the 16-row walk's; R's v - e^G (S0 k) is the same explicit fmaf there and here, one
+// helper (gdn_chunk_math.cuh's r_over_v_pair; left to the compiler, the fusion differed
+// between the two kernels and the invariance check failed on the H200). Every bound as there: chunk_first checked against max_chunks,
 // rows past the stream's end and columns past k_dim / v_dim read as zero.
 #pragma once
 
@@ -162,10 +162,7 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
                             d.KQ + kC * KS, d.KQ, KS);
     }
     if (warp == SW0) {
-      float vf[8];
-      unpack8(R_s[L::RV + lane], vf);
-      *reinterpret_cast<float4*>(&d.D[lane * VS]) = make_float4(vf[0], vf[1], vf[2], vf[3]);
-      *reinterpret_cast<float4*>(&d.D[lane * VS + 4]) = make_float4(vf[4], vf[5], vf[6], vf[7]);
+      stage_v_piece<1>(R_s + L::RV, lane, d.D, VS);  // token `lane`'s 8 v values
       const float* gb = reinterpret_cast<const float*>(R_s) + L::RG;
       const float G = g_scan(RB > 1 ? gb[lane] : g_next);
       const float G_last = __shfl_sync(0xffffffffu, G, 31);
@@ -198,11 +195,8 @@ __global__ void __launch_bounds__(kThreads) gdn_walk_narrow(ChunkedParams s) {
     for (int hr = 0; hr < 2; ++hr) {
       const int i = 16 * pa + fg + 8 * hr;
       const float gm = d.Gm[i];
-      if (do_r) {  // as gdn_chunked_kernel rounds it
-        float2* dv = reinterpret_cast<float2*>(&d.D[i * VS + 2 * ft]);
-        const float bt = d.Bt[i];
-        const float2 x = *dv;
-        *dv = make_float2(bt * fmaf(-gm, acc[2 * hr], x.x), bt * fmaf(-gm, acc[2 * hr + 1], x.y));
+      if (do_r) {  // as the lockstep walk rounds it
+        r_over_v_pair(&d.D[i * VS + 2 * ft], d.Bt[i], gm, acc[2 * hr], acc[2 * hr + 1]);
       } else {
         o[0][2 * hr] = acc[2 * hr] * gm;
         o[0][2 * hr + 1] = acc[2 * hr + 1] * gm;
