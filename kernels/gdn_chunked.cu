@@ -52,9 +52,8 @@ constexpr int kThreads = 256;  // 8 warps
 constexpr int kCS = kC + 4;    // stride of [C][C] tiles in shared memory (4 mod 32)
 constexpr int kTM = 2 * kC * kC;  // floats of one (chunk, v head)'s T then M in the workspace
 
-// The lockstep walk's work queue (WalkQueue below): kQueueHead ints (two counters, the
-// plan), then per SM (by %smid, below kQueueSms) an arrival ticket and a flag.
-constexpr int kQueueSms = 512, kQueueHead = 4, kQueueInts = kQueueHead + 2 * kQueueSms, kQueuePlan = 2;
+// The lockstep walk's work queue (WalkQueue below): one counter, the next item to claim.
+constexpr int kQueueInts = 1;
 
 struct ChunkedParams {
   GdnParams p;
@@ -84,9 +83,8 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
   static_assert(kThreads % (HP * 32) == 0 && HP <= kThreads / 32, "whole warps per head");
   const GdnParams& p = s.p;
   const int item = blockIdx.x, kh = blockIdx.y;
-  if (s.queue && item == 0 && kh == 0)  // the queue walk's counters (not the plan), read after its pdl_wait
-    for (int i = threadIdx.x; i < kQueueInts; i += kThreads)
-      if (i != kQueuePlan) s.queue[i] = 0;
+  if (s.queue && item == 0 && kh == 0 && threadIdx.x < kQueueInts)  // read after the walk's pdl_wait
+    s.queue[threadIdx.x] = 0;
   if (item >= *s.list.count || item >= s.list.max_chunks) return;
   const GdnChunkItem it = s.list.items[item];
   if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.list.max_chunks) return;
@@ -224,56 +222,18 @@ __device__ __forceinline__ bool walk_cta(const ChunkedParams& s, WalkCta& w, uns
   return true;
 }
 
-// The lockstep walk's work queue, for a batch whose plan (gdn_walk_plan.h, written by
-// prepare) gives its longest streams an SM each. Its items (stream-major in launch order,
-// then v head, then v block) are claimed by resident CTAs, each walking one item's chain
-// of chunks after another. The first CTA to arrive on an SM claims one of the planned
-// streams' items while any is left and keeps the SM for it: a CTA arriving there after it
-// leaves. Every other claim takes the next item in launch order. Which CTA walks which
-// item changes no sum's order: the bits are the same as the one-item-a-CTA launch's.
-// s.queue: [0] next ordinary item, [1] next exclusive item (zeroed by the prep every
-// launch), [2] the plan's stream count (prepare's), then per SM id a ticket (CTAs that
-// arrived) and a flag (0 undecided, 1 exclusive, 2 shared), zeroed by the prep.
+// The lockstep walk's work queue, for a batch that prepare's plan (gdn_walk_plan.h) gives
+// it: one CTA an SM, each claiming the next item in launch order (stream-major, longest
+// stream first, then v head, then v block) until none is left, so a long stream's chains
+// start at once on SMs of their own. Which CTA walks which item changes no sum's order:
+// the bits are the same as the one-item-a-CTA launch's. s.queue[0]: the next item,
+// zeroed by the prep every launch.
 struct WalkQueue {
-  int items, exclusive, sm;  // sm: this CTA's %smid, or -1 past kQueueSms
-  bool first;                // no claim made yet
-
-  // Thread 0, after pdl_wait: the plan read back, bounded by the batch.
-  __device__ void start(const ChunkedParams& s) {
-    const GdnParams& p = s.p;
-    const int per_stream = p.num_v_heads * p.blocks;
-    items = p.batch_size * per_stream;
-    exclusive = min(max(s.queue[kQueuePlan], 0), p.batch_size) * per_stream;
-    unsigned id;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-    sm = id < kQueueSms ? static_cast<int>(id) : -1;
-    first = true;
-  }
-
-  // Thread 0: the next item for this CTA, or -1 (leave: nothing left, or this SM is
-  // another CTA's).
-  __device__ int claim(const ChunkedParams& s) {
-    int* q = s.queue;
-    const bool first_claim = first;
-    first = false;
-    if (first_claim && sm >= 0 && exclusive > 0) {
-      int* ticket = q + kQueueHead + 2 * sm;
-      volatile int* flag = ticket + 1;
-      if (atomicAdd(ticket, 1) == 0) {
-        const int e = atomicAdd(q + 1, 1);
-        *flag = e < exclusive ? 1 : 2;
-        __threadfence();
-        if (e < exclusive) return e;
-      } else {
-        int f;
-        while ((f = *flag) == 0) __nanosleep(64);  // the SM's first CTA is resident: it decides at once
-        if (f == 1) return -1;
-      }
-    }
-    const int i = exclusive + atomicAdd(q, 1);
-    if (i < items) return i;
-    const int e = exclusive > 0 ? atomicAdd(q + 1, 1) : exclusive;  // any not yet claimed
-    return e < exclusive ? e : -1;
+  // Thread 0, after pdl_wait: the next item for this CTA, or -1 (none left).
+  __device__ static int claim(const ChunkedParams& s) {
+    const long long items = 1LL * s.p.batch_size * s.p.num_v_heads * s.p.blocks;
+    const int i = atomicAdd(s.queue, 1);
+    return i >= 0 && i < items ? i : -1;
   }
 };
 
@@ -533,21 +493,20 @@ __device__ __forceinline__ void walk_item(const ChunkedParams& s, unsigned item,
   gdn_state_store(Sr, w.S_g, v0, vn, p.k_dim, sm0, sn0, fg, ft);
 }
 
-// The lockstep walk: one item a CTA (blockIdx.x), or with kQueue items claimed from the
-// queue until none is left (WalkQueue).
+// The lockstep walk: one item a CTA (blockIdx.x), two CTAs a SM; or with kQueue one CTA a
+// SM (launch bounds 1: up to 255 registers, 159 at KP 128 / VB 64 against 128), claiming
+// items from the queue until none is left (WalkQueue).
 template <int KP, int VB, bool kQueue>
-__global__ void __launch_bounds__(kThreads, 2) gdn_chunked_kernel(ChunkedParams s) {
+__global__ void __launch_bounds__(kThreads, kQueue ? 1 : 2) gdn_chunked_kernel(ChunkedParams s) {
   extern __shared__ __align__(16) float sm[];
   if constexpr (!kQueue) {
     walk_item<KP, VB>(s, blockIdx.x, sm);
   } else {
     __shared__ int item_s;
-    __shared__ WalkQueue queue;  // thread 0's (in shared memory: no registers held across items)
-    detail::pdl_wait();          // the prep has zeroed the queue's counters
-    if (threadIdx.x == 0) queue.start(s);
+    detail::pdl_wait();  // the prep has zeroed the queue
     for (;;) {
       __syncthreads();  // every thread has read item_s
-      if (threadIdx.x == 0) item_s = queue.claim(s);
+      if (threadIdx.x == 0) item_s = WalkQueue::claim(s);
       __syncthreads();
       const int item = item_s;
       if (item < 0) break;
@@ -591,9 +550,9 @@ cudaError_t launch_walk_grid(cudaStream_t stream, const ChunkedParams& s, long l
     if (e != cudaSuccess) return e;
     whole_sm = std::max(bytes, half);
   }
-  const size_t smem = ctas <= detail::sm_count() ? whole_sm : bytes;
-  // with the queue, the CTAs that can be resident, each claiming items until none is left
-  const long long grid = kQueue ? std::min(ctas, 1LL * GdnWalkPlanTraits::kCtasPerSm * detail::sm_count()) : ctas;
+  // the queue: one CTA an SM, each claiming items until none is left
+  const size_t smem = kQueue || ctas <= detail::sm_count() ? whole_sm : bytes;
+  const long long grid = kQueue ? std::min<long long>(ctas, detail::sm_count()) : ctas;
   return detail::launch_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, stream, s);
 }
 
@@ -601,7 +560,7 @@ cudaError_t launch_walk_grid(cudaStream_t stream, const ChunkedParams& s, long l
 // staging warps then start a chunk's copies two chunks ahead (the bits are the same). Taken
 // at k_dim 128 only: 3% faster there (2 / 8 heads, 1 x 16384), 2% slower at 64 (4 / 8
 // heads), even at 32 (H100, PERF-NOTES "Session 35").
-// queue: the batch's plan gives streams an SM each (the lockstep walk's WalkQueue).
+// queue: the batch's plan takes the queue (the lockstep walk's WalkQueue).
 template <int KP, int VB>
 cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s, bool queue) {
   s.p.blocks = (s.p.v_dim + VB - 1) / VB;
@@ -609,7 +568,7 @@ cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s, bool queue) {
   if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
   if constexpr (VB == 8) {
     if (KP == 128 && ctas <= detail::sm_count()) return launch_walk_grid<KP, VB, 2>(stream, s, ctas);
-  } else if constexpr (VB >= 32) {  // (16-row blocks are taken only while each CTA has an SM)
+  } else if constexpr (VB == 64) {  // (plan_gdn_chunked_walk: the queue at 64 rows only)
     if (queue) return launch_walk_grid<KP, VB, 1, true>(stream, s, ctas);
   }
   return launch_walk_grid<KP, VB, 1>(stream, s, ctas);
@@ -672,16 +631,17 @@ GdnChunkedLayout gdn_chunked_layout(const LayerShape& shape, uint32_t total_toke
   l.tm = l.list.bytes;
   l.nrm = l.tm + gdn_round256(uint64_t(l.list.max_chunks) * shape.num_v_heads * kTM * sizeof(float));
   l.sched = l.nrm + gdn_round256(uint64_t(shape.num_k_heads) * total_tokens * sizeof(float2));
-  l.plan = l.sched + kQueuePlan * sizeof(int);
   l.bytes = l.sched + gdn_round256(kQueueInts * sizeof(int));
   return l;
 }
 
-int plan_gdn_chunked_walk(const LayerShape& shape, uint32_t batch_size, const std::vector<int32_t>& chunks) {
-  if (!gdn_chunked_supports(shape)) return 0;
+bool plan_gdn_chunked_walk(const LayerShape& shape, uint32_t batch_size, const std::vector<int32_t>& chunks) {
+  if (!gdn_chunked_supports(shape)) return false;
+  // The queue at 64 rows only: at 32, where a shared step costs less, 3 x 8192 + 100 tokens
+  // (16 / 32 heads, d128), which the plan gives the queue, ran 0.87x (PERF-NOTES "Session 40").
   const int sms = detail::sm_count(), rows = walk_rows(shape, batch_size, sms);
-  if (rows < 32) return 0;
-  return plan_gdn_walk_exclusive(chunks, shape.num_v_heads * ((shape.v_dim + rows - 1) / rows), sms);
+  if (rows != 64) return false;
+  return plan_gdn_walk_queue(chunks, shape.num_v_heads * ((shape.v_dim + rows - 1) / rows), sms);
 }
 
 bool gdn_chunked_supports(const LayerShape& shape) {
@@ -690,7 +650,7 @@ bool gdn_chunked_supports(const LayerShape& shape) {
          shape.v_dim % 8 == 0 && shape.num_k_heads <= 65535;
 }
 
-cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_t scratch, int walk_plan_streams) {
+cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_t scratch, bool walk_queue) {
   const LayerShape& shape = args.shape;
   if (!gdn_chunked_supports(shape)) return cudaErrorInvalidValue;
   if (args.batch_size == 0) return cudaSuccess;
@@ -702,11 +662,10 @@ cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_
   s.list = gdn_chunk_list_view(scratch, l.list);
   s.tm = reinterpret_cast<float*>(scratch + l.tm);
   s.nrm = reinterpret_cast<float2*>(scratch + l.nrm);
-  const bool queue = walk_plan_streams > 0;
-  s.queue = queue ? reinterpret_cast<int*>(scratch + l.sched) : nullptr;
-  if (shape.k_dim <= 32) return launch_k<32>(stream, s, args, queue);
-  if (shape.k_dim <= 64) return launch_k<64>(stream, s, args, queue);
-  return launch_k<128>(stream, s, args, queue);
+  s.queue = walk_queue ? reinterpret_cast<int*>(scratch + l.sched) : nullptr;
+  if (shape.k_dim <= 32) return launch_k<32>(stream, s, args, walk_queue);
+  if (shape.k_dim <= 64) return launch_k<64>(stream, s, args, walk_queue);
+  return launch_k<128>(stream, s, args, walk_queue);
 }
 
 }  // namespace pb::kernels

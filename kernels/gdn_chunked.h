@@ -27,25 +27,23 @@ namespace pb::kernels {
 // Sizes from the scalars only.
 struct GdnChunkedLayout {
   GdnChunkList list;
-  // sched: the lockstep walk's work queue (gdn_chunked.cu's WalkQueue); plan: the int32 in
-  // it that prepare writes, the streams gdn_walk_plan.h gives an SM each
-  uint64_t tm = 0, nrm = 0, sched = 0, plan = 0, bytes = 0;
+  // sched: the lockstep walk's work queue (gdn_chunked.cu's WalkQueue), zeroed by the kernel
+  uint64_t tm = 0, nrm = 0, sched = 0, bytes = 0;
 };
 GdnChunkedLayout gdn_chunked_layout(const LayerShape& shape, uint32_t total_tokens, uint32_t batch_size);
 
 // True when launch_gdn_chunked takes this shape.
 bool gdn_chunked_supports(const LayerShape& shape);
 
-// The walk's plan for this batch on the current device (kernels/gdn_walk_plan.h): how many
-// streams of the launch order get an SM per item; chunks: each stream's chunk count in
-// launch order. 0 where the batch takes a walk that does not plan (the narrow walk, or
+// The walk's plan for this batch on the current device (kernels/gdn_walk_plan.h): true
+// when the lockstep walk takes its work queue; chunks: each stream's chunk count in
+// launch order. False where the batch takes a walk that does not plan (the narrow walk, or
 // blocks of 16 rows: taken only while every CTA has an SM of its own).
-int plan_gdn_chunked_walk(const LayerShape& shape, uint32_t batch_size, const std::vector<int32_t>& chunks);
+bool plan_gdn_chunked_walk(const LayerShape& shape, uint32_t batch_size, const std::vector<int32_t>& chunks);
 
 // `scratch`: the device address of the region gdn_chunked_layout describes, its
-// chunk list written by prepare (plan_gdn_chunks), and at `plan` the walk's plan
-// (plan_gdn_chunked_walk) when walk_plan_streams, its host copy, is above 0 (the walk
-// that reads it is launched then; 0: the walk that does not).
-cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_t scratch, int walk_plan_streams = 0);
+// chunk list written by prepare (plan_gdn_chunks). walk_queue: the lockstep walk takes its
+// work queue (plan_gdn_chunked_walk's answer for this batch; false: one item a CTA).
+cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_t scratch, bool walk_queue = false);
 
 }  // namespace pb::kernels

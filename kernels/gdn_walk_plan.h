@@ -1,78 +1,100 @@
-// gdn_walk_plan.h: which streams of a batch the chunked GDN walk gives a multiprocessor
-// of their own, planned on the host from the streams' chunk counts (plain C++: the host
-// tests include it).
+// gdn_walk_plan.h: whether the chunked GDN walk takes its work queue for a batch, planned on
+// the host from the streams' chunk counts (plain C++: the host tests include it).
 // The lockstep walk (gdn_chunked.cu) runs per_stream items per stream (v heads x v
-// blocks), two resident CTAs a multiprocessor; each item is a chain of its stream's
-// chunks, walked one after the other. A CTA sharing its SM walks a chunk kSharedStep
-// times slower than one alone. So one long stream among many short ones is paced by its
-// chain: it walks shared while the rest of the batch runs, then alone. Taking the longest
-// streams' items onto SMs of their own (their second CTA leaves) lets those chains walk
-// alone from the start, at the cost of the slots they leave empty.
-// The estimate, in alone steps, of giving the first k streams of the launch order an SM
-// per item (k = 0: nobody):
-//   T_k = max(the longest of those k chains,
-//             T_shared = max(P, n + P (1 - 1 / kSharedStep)))
-// where n is the longest other chain and P = kSharedStep x (the other streams' chunks of
-// every item but that chain's) / (the resident CTAs left beside it): the time the others
-// keep the SMs full, while that chain walks shared. The plan takes the k of least T_k,
-// only if T_0 is at least kMinGain x that (the estimate is coarse: session 39 measured
-// 1.15-1.17x where it predicted 1.16x, and 1.02x where it predicted 1.08x).
-// Invariants: k x per_stream < sms (an SM is left for the rest); the order is the
-// launch order (any order: the prefix is what the kernel takes); the plan moves work
-// between CTAs only and never changes a result's bits.
+// blocks); each item is a chain of its stream's chunks, walked one after the other. It has
+// two launches:
+//  - the grid: one CTA an item, two resident a multiprocessor. The first sms CTAs start one
+//    an SM, the next sms beside them, and an SM takes the next CTA as one of its own ends.
+//    A CTA sharing its SM walks a chunk kSharedStep times slower than one alone.
+//  - the queue: one CTA an SM, each claiming the next item in launch order until none is
+//    left. Launch order is longest first, so the queue is a longest-first list schedule:
+//    a long stream's chains start at once, each on an SM of its own.
+// The grid walks more chunks a second while every SM has two CTAs (2 / kSharedStep over 1);
+// the queue wins where a few long chains pace the batch: sharing their SMs, they finish
+// long after the rest. The plan simulates both schedules, in alone steps, every item
+// costing its chunks plus kItemSteps (its state's load and store), and takes the queue
+// where the grid's estimate is at least kMinGain times the queue's.
+// gdn_chunked.cu's plan_gdn_chunked_walk asks at 64-row v blocks only, where the traits
+// were fitted (at 32 rows a shared step costs less: PERF-NOTES "Session 40").
+// Invariants: the same items either way (the plan moves work between CTAs only and never
+// changes a result's bits); the simulation is deterministic and costs O(items log sms);
+// batches past kMaxItems, or of at most sms items (the grid is then one CTA an SM already),
+// take the grid.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <queue>
+#include <utility>
 #include <vector>
 
 namespace pb::kernels {
 
 struct GdnWalkPlanTraits {
-  // A chunk step of a CTA sharing its SM over one on an SM of its own while the rest of the
-  // GPU is busy. 1.5 puts the estimate for issue 13's mixed batch at 1.16x, measured
-  // 1.15-1.17x (kernels/PERF-NOTES.md "Session 39"); it over-estimates batches of many
-  // short items (estimate 1.08x, measured 1.02x), which kMinGain leaves unplanned.
-  static constexpr double kSharedStep = 1.5;
-  static constexpr int kCtasPerSm = 2;       // the walk's launch bounds
-  static constexpr double kMinGain = 1.10;   // the estimated gain that takes a plan
+  // Fitted to session 40's H100 call (kernels/PERF-NOTES.md "Session 40"), grid against
+  // queue on uniform batches: a shared chunk step over an alone one 1.63-1.73 (8 x 2048,
+  // 32 x 512, 16 / 64 heads 4 x 2048), an item's own cost about 1.8 alone steps.
+  static constexpr double kSharedStep = 1.7;
+  static constexpr double kItemSteps = 2.0;
+  static constexpr double kMinGain = 1.10;   // the estimated gain that takes the queue
+  static constexpr long long kMaxItems = 1LL << 18;  // bounds the host's simulation (a few ms)
 };
 
-// chunks: each stream's chunk count, in launch order. Returns k: the first k streams of
-// the launch order get an SM per item (0: every item shares).
-inline int plan_gdn_walk_exclusive(const std::vector<int32_t>& chunks, int per_stream, int sms) {
+// The estimated time, in alone chunk steps, of walking the items of streams with these chunk
+// counts (launch order, per_stream items each) on sms multiprocessors holding ctas_per_sm
+// CTAs each (1: the queue; 2: the grid), items taken in order by the SM that frees first.
+inline double gdn_walk_steps(const std::vector<int32_t>& chunks, int per_stream, int sms, int ctas_per_sm) {
   using T = GdnWalkPlanTraits;
-  const int n = static_cast<int>(chunks.size());
-  if (n < 2 || per_stream <= 0 || sms <= 0) return 0;
-  std::vector<double> suffix(n + 1, 0.0);  // chunks of streams i..n-1
-  std::vector<int32_t> suffix_max(n + 1, 0);
-  for (int i = n - 1; i >= 0; --i) {
-    suffix[i] = suffix[i + 1] + std::max(chunks[i], 0);
-    suffix_max[i] = std::max(suffix_max[i + 1], std::max(chunks[i], 0));
-  }
-  auto estimate = [&](int k, double* t) {  // false: the others do not fit beside these
-    const double left = static_cast<double>(T::kCtasPerSm) * (sms - static_cast<double>(k) * per_stream) - per_stream;
-    if (left <= 0) return false;
-    const double longest = suffix_max[k];
-    const double others = (suffix[k] - longest) * per_stream;
-    const double p = T::kSharedStep * others / left;
-    const double shared = std::max(p, longest + p * (1.0 - 1.0 / T::kSharedStep));
-    const double alone = k > 0 ? *std::max_element(chunks.begin(), chunks.begin() + k) : 0.0;
-    *t = std::max(alone, shared);
-    return true;
+  if (per_stream <= 0 || sms <= 0 || ctas_per_sm < 1 || ctas_per_sm > 2) return 0.0;
+  std::vector<double> items;
+  for (const int32_t c : chunks) items.insert(items.end(), per_stream, std::max(c, 0) + T::kItemSteps);
+  struct Sm {
+    double at = 0.0;       // the time `left` was last brought up to date
+    double left[2] = {};   // work left of the items it holds (alone steps)
+    int held = 0;
+    int version = 0;       // heap entries of an older version are stale
   };
-  double t0 = 0;
-  if (!estimate(0, &t0)) return 0;
-  int best = 0;
-  double t_best = t0;
-  for (int k = 1; k < n && static_cast<long long>(k) * per_stream < sms; ++k) {
-    double t = 0;
-    if (estimate(k, &t) && t < t_best) {
-      t_best = t;
-      best = k;
-    }
+  std::vector<Sm> sm(static_cast<size_t>(sms));
+  size_t next = 0;
+  // The first sms items start one an SM, the next sms as their second CTAs.
+  for (int slot = 0; slot < ctas_per_sm; ++slot)
+    for (auto& m : sm)
+      if (next < items.size()) m.left[m.held++] = items[next++];
+  auto rate = [&](const Sm& m) { return m.held == 2 ? 1.0 / T::kSharedStep : 1.0; };
+  auto ends = [&](const Sm& m) { return m.at + std::min(m.left[0], m.held == 2 ? m.left[1] : m.left[0]) / rate(m); };
+  using Event = std::pair<double, std::pair<int, int>>;  // (time, (sm, version))
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  for (int j = 0; j < sms; ++j)
+    if (sm[j].held) events.push({ends(sm[j]), {j, 0}});
+  double t = 0.0;
+  while (!events.empty()) {
+    const auto [when, id] = events.top();
+    events.pop();
+    Sm& m = sm[id.first];
+    if (id.second != m.version) continue;
+    t = when;
+    const double done = (when - m.at) * rate(m);
+    int kept = 0;
+    for (int i = 0; i < m.held; ++i)
+      if (m.left[i] - done > 1e-9) m.left[kept++] = m.left[i] - done;
+    m.held = kept;
+    m.at = when;
+    while (m.held < ctas_per_sm && next < items.size()) m.left[m.held++] = items[next++];
+    ++m.version;
+    if (m.held) events.push({ends(m), {id.first, m.version}});
   }
-  return t0 >= T::kMinGain * t_best ? best : 0;
+  return t;
+}
+
+// chunks: each stream's chunk count, in launch order. True: the batch takes the queue.
+inline bool plan_gdn_walk_queue(const std::vector<int32_t>& chunks, int per_stream, int sms) {
+  using T = GdnWalkPlanTraits;
+  if (per_stream <= 0 || sms <= 0) return false;
+  const long long items = static_cast<long long>(chunks.size()) * per_stream;
+  if (items <= sms || items > T::kMaxItems) return false;
+  const double queue = gdn_walk_steps(chunks, per_stream, sms, 1);
+  return queue > 0.0 && gdn_walk_steps(chunks, per_stream, sms, 2) >= T::kMinGain * queue;
 }
 
 }  // namespace pb::kernels

@@ -43,7 +43,7 @@ struct Ctx {
   std::vector<int32_t> order;
   std::vector<GdnChunkItem> chunk_items;  // the chunk list (split and chunked)
   std::vector<int32_t> chunk_first;
-  int walk_plan_streams = 0;  // the chunked walk's plan (kernels/gdn_walk_plan.h), as written to the workspace
+  bool walk_queue = false;  // the chunked walk's plan (kernels/gdn_walk_plan.h): it takes its work queue
 };
 
 void put(char* buf, size_t len, const std::string& s) {
@@ -442,7 +442,7 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
     for (uint32_t b = 0; b < m.batch_size; ++b) c.order[b] = static_cast<int32_t>(b);
   }
   if (a->schedule) std::reverse(c.order.begin(), c.order.end());
-  c.walk_plan_streams = 0;
+  c.walk_queue = false;
   const SsmLayout l = ssm_layout(c, a->shape, m.total_tokens, m.batch_size);
   if (a->workspace.bytes < l.bytes) {
     put(msg, msg_len, "workspace smaller than workspace_bytes asked for");
@@ -473,9 +473,7 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
     if (e == cudaSuccess && !gdn_split(c, shape) && gdn_chunked(c, shape)) {
       std::vector<int32_t> chunks(c.order.size());  // in launch order
       for (size_t i = 0; i < c.order.size(); ++i) chunks[i] = c.chunk_first[c.order[i] + 1] - c.chunk_first[c.order[i]];
-      c.walk_plan_streams = plan_gdn_chunked_walk(shape, m.batch_size, chunks);
-      e = cudaMemcpyAsync(ws<int32_t>(base, gdn_chunked_layout(shape, m.total_tokens, m.batch_size).plan),
-                          &c.walk_plan_streams, 4, cudaMemcpyHostToDevice, st);
+      c.walk_queue = plan_gdn_chunked_walk(shape, m.batch_size, chunks);
     }
   }
   if (e == cudaSuccess) e = cudaStreamSynchronize(st);
@@ -515,7 +513,7 @@ pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, si
   args.out = reinterpret_cast<bf16*>(a->out.data);
   const auto st = static_cast<cudaStream_t>(stream);
   if (split) return from_cuda(launch_gdn_split(st, args, w + l.gdn), "gdn (split)", msg, msg_len);
-  return from_cuda(chunked ? launch_gdn_chunked(st, args, w + l.gdn, c.walk_plan_streams) : launch_gdn(st, args),
+  return from_cuda(chunked ? launch_gdn_chunked(st, args, w + l.gdn, c.walk_queue) : launch_gdn(st, args),
                    chunked ? "gdn (chunked)" : "gdn (token)", msg, msg_len);
 }
 

@@ -1,20 +1,21 @@
 // gdn_walk_plan_test.cpp: the chunked GDN walk's plan (kernels/gdn_walk_plan.h), on the
-// host: which prefix of the launch order gets an SM per item. Batches whose long stream's
-// chain outlasts the rest take it; uniform batches, two equal long streams, and a long
-// stream whose short company is over quickly do not; the prefix always leaves SMs for the
-// rest. The batches are the ones measured on an H100 (132 SMs) in session 39 (kernels/
-// PERF-NOTES.md), with per_stream = v heads x v blocks of 64 rows.
+// host: the two schedules it simulates, worked by hand on small cases and bounded on large
+// ones, and its choice on the batches measured on an H100 (132 SMs) in session 40
+// (kernels/PERF-NOTES.md): the queue for one long stream among short ones, the grid for
+// uniform batches and for a shortest-first launch order. per_stream = v heads x v blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <utility>
+#include <numeric>
 #include <vector>
 
 #include "kernels/gdn_walk_plan.h"
 
 namespace {
 
-using pb::kernels::plan_gdn_walk_exclusive;
+using pb::kernels::gdn_walk_steps;
+using pb::kernels::GdnWalkPlanTraits;
+using pb::kernels::plan_gdn_walk_queue;
 
 // Chunk counts (32 tokens a chunk) of streams of these token counts, longest first as the
 // launch order puts them.
@@ -26,71 +27,78 @@ std::vector<int32_t> chunks_of(std::vector<int> tokens) {
 }
 
 constexpr int kSms = 132;
+constexpr double kS = GdnWalkPlanTraits::kSharedStep, kI = GdnWalkPlanTraits::kItemSteps;
 
-TEST(GdnWalkPlan, OneLongStreamAmongShortOnesGetsItsSms) {
-  // issue 13's mixed batch at 16 / 32 heads, d128: 32 heads x 2 blocks; measured 1.17x.
-  EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of({7, 130, 511, 1024, 2048, 4096, 333, 8192}), 64, kSms), 1);
+TEST(GdnWalkPlan, SimulatesSmallSchedulesByHand) {
+  // two items of 3 and 1 chunks on two SMs: each alone, the longer one sets the time
+  EXPECT_DOUBLE_EQ(gdn_walk_steps({3, 1}, 1, 2, 1), 3 + kI);
+  EXPECT_DOUBLE_EQ(gdn_walk_steps({3, 1}, 1, 2, 2), 3 + kI);
+  // on one SM: the queue walks them one after the other
+  EXPECT_DOUBLE_EQ(gdn_walk_steps({3, 1}, 1, 1, 1), 3 + 1 + 2 * kI);
+  // the grid walks both shared until the short one ends, then the long one alone
+  EXPECT_NEAR(gdn_walk_steps({3, 1}, 1, 1, 2), (1 + kI) * kS + (3 - 1), 1e-9);
+  // three items on one SM of two CTAs: the third takes the slot the first one frees
+  const double a = 2 + kI, first = a * kS;  // two equal items end together
+  EXPECT_NEAR(gdn_walk_steps({2, 2, 2}, 1, 1, 2), first + a, 1e-9);
 }
 
-TEST(GdnWalkPlan, UniformBatchesShare) {
-  EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of(std::vector<int>(8, 2048)), 64, kSms), 0);
-  EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of(std::vector<int>(32, 512)), 64, kSms), 0);
-  EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of(std::vector<int>(4, 2048)), 128, kSms), 0);
-}
-
-TEST(GdnWalkPlan, TwoEqualLongStreamsShare) {
-  // one of two equal chains alone gains nothing while the other walks shared (measured
-  // 0.98x when the first took its SMs)
-  std::vector<int> t = {6000, 6000};
-  for (int i = 0; i < 12; ++i) t.push_back(300);
-  EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of(t), 64, kSms), 0);
-}
-
-TEST(GdnWalkPlan, ShortCompanyOverQuicklyShares) {
-  // 4000 tokens among twelve of 100 at d64 (32 heads x 1 block): the others finish within a
-  // few steps, after which the long chain walks alone anyway (measured 0.96x when planned)
-  std::vector<int> t = {4000};
-  for (int i = 0; i < 12; ++i) t.push_back(100);
-  EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of(t), 32, kSms), 0);
-}
-
-TEST(GdnWalkPlan, PrefixLeavesSmsForTheRest) {
-  // one stream's items fill the GPU: no prefix fits
-  EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of({65536, 64, 64, 64}), 132, kSms), 0);
-  // n long streams (512 chunks) among forty of 512 tokens: whatever is taken leaves SMs
-  for (int per_stream : {8, 16, 32, 64})
-    for (int n : {1, 2, 4, 8, 16}) {
-      std::vector<int> t(n, 16384);
-      t.resize(n + 40, 512);
-      EXPECT_LT(plan_gdn_walk_exclusive(chunks_of(t), per_stream, kSms) * per_stream, kSms) << per_stream << " " << n;
+TEST(GdnWalkPlan, QueueIsAListScheduleWithinItsBounds) {
+  for (int per_stream : {8, 32, 64, 128}) {
+    const std::vector<int32_t> c = chunks_of({7, 130, 511, 1024, 2048, 4096, 333, 8192, 45, 100});
+    double total = 0, longest = 0;
+    for (int32_t x : c) {
+      total += per_stream * (x + kI);
+      longest = std::max(longest, x + kI);
     }
+    const double t = gdn_walk_steps(c, per_stream, kSms, 1);
+    EXPECT_GE(t, std::max(longest, total / kSms) - 1e-9) << per_stream;
+    EXPECT_LE(t, total / kSms + longest + 1e-9) << per_stream;  // Graham's list-schedule bound
+  }
 }
 
-TEST(GdnWalkPlan, SeveralLongStreamsTakeHalfTheSms) {
-  // 64 items of long chains among forty short streams: all of them alone beats sharing
-  for (auto [n, per_stream] : {std::pair{8, 8}, std::pair{4, 16}, std::pair{2, 32}}) {
-    std::vector<int> t(n, 16384);
-    t.resize(n + 40, 512);
-    EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of(t), per_stream, kSms), n) << per_stream;
-  }
-  // a lone long stream among the same forty: they are over in a few steps, it shares little
-  std::vector<int> t = {16384};
-  t.resize(41, 512);
-  EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of(t), 16, kSms), 0);
+TEST(GdnWalkPlan, OneCtaAnSmEitherWayIsTheSameSchedule) {
+  const std::vector<int32_t> c = chunks_of({8192, 1024, 100});
+  EXPECT_DOUBLE_EQ(gdn_walk_steps(c, 40, kSms, 1), gdn_walk_steps(c, 40, kSms, 2));
+  EXPECT_FALSE(plan_gdn_walk_queue(c, 40, kSms));  // 120 items: the grid is one CTA an SM already
+}
+
+TEST(GdnWalkPlan, OneLongStreamAmongShortOnesTakesTheQueue) {
+  // issue 13's mixed batch at 16 / 32 heads, d128 (32 heads x 2 blocks): measured 1.10 ms
+  // one CTA an SM against 1.39 ms for the grid
+  EXPECT_TRUE(plan_gdn_walk_queue(chunks_of({7, 130, 511, 1024, 2048, 4096, 333, 8192}), 64, kSms));
+  // tests/cuda/gdn-planned-walk.yaml's batch (45 + 64 is a continuation chunk's 64 tokens)
+  EXPECT_TRUE(plan_gdn_walk_queue(chunks_of({1024, 128, 64, 64, 7, 40, 109}), 64, kSms));
+}
+
+TEST(GdnWalkPlan, UniformBatchesTakeTheGrid) {
+  // measured 0.85x, 0.81x and 0.86x one CTA an SM
+  EXPECT_FALSE(plan_gdn_walk_queue(chunks_of(std::vector<int>(8, 2048)), 64, kSms));
+  EXPECT_FALSE(plan_gdn_walk_queue(chunks_of(std::vector<int>(32, 512)), 64, kSms));
+  EXPECT_FALSE(plan_gdn_walk_queue(chunks_of(std::vector<int>(4, 2048)), 128, kSms));
+  // a batch of many short streams balances on the grid whatever their lengths
+  std::vector<int> t(600);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = 1 + static_cast<int>((i * 7919) % 700);
+  EXPECT_FALSE(plan_gdn_walk_queue(chunks_of(t), 64, kSms));
+}
+
+TEST(GdnWalkPlan, ShortestFirstOrderTakesTheGrid) {
+  // the reversed launch order (--inject schedule): the long chains would start last
+  std::vector<int32_t> c = chunks_of({7, 130, 511, 1024, 2048, 4096, 333, 8192});
+  std::reverse(c.begin(), c.end());
+  EXPECT_FALSE(plan_gdn_walk_queue(c, 64, kSms));
 }
 
 TEST(GdnWalkPlan, NothingToPlan) {
-  EXPECT_EQ(plan_gdn_walk_exclusive({}, 64, kSms), 0);
-  EXPECT_EQ(plan_gdn_walk_exclusive({256}, 64, kSms), 0);
-  EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of({8192, 7}), 0, kSms), 0);
-  EXPECT_EQ(plan_gdn_walk_exclusive(chunks_of({8192, 7}), 64, 0), 0);
-}
-
-TEST(GdnWalkPlan, ShortestFirstOrderTakesNoPrefix) {
-  // the reversed launch order (--inject schedule): a prefix of short streams never helps
-  std::vector<int32_t> c = chunks_of({7, 130, 511, 1024, 2048, 4096, 333, 8192});
-  std::reverse(c.begin(), c.end());
-  EXPECT_EQ(plan_gdn_walk_exclusive(c, 64, kSms), 0);
+  EXPECT_FALSE(plan_gdn_walk_queue({}, 64, kSms));
+  EXPECT_FALSE(plan_gdn_walk_queue({256}, 64, kSms));
+  EXPECT_FALSE(plan_gdn_walk_queue(chunks_of({8192, 7}), 0, kSms));
+  EXPECT_FALSE(plan_gdn_walk_queue(chunks_of({8192, 7}), 64, 0));
+  EXPECT_EQ(gdn_walk_steps({}, 64, kSms, 1), 0.0);
+  EXPECT_EQ(gdn_walk_steps({4}, 64, kSms, 3), 0.0);
+  // past kMaxItems the simulation is not run: the grid
+  std::vector<int> t(static_cast<size_t>(GdnWalkPlanTraits::kMaxItems / 64 + 1), 64);
+  t[0] = 65536;
+  EXPECT_FALSE(plan_gdn_walk_queue(chunks_of(t), 64, kSms));
 }
 
 }  // namespace
