@@ -18,8 +18,9 @@
 // were fitted (at 32 rows a shared step costs less: PERF-NOTES "Session 40").
 // Invariants: the same items either way (the plan moves work between CTAs only and never
 // changes a result's bits); the simulation is deterministic and costs O(items log sms);
-// batches past kMaxItems, or of at most sms items (the grid is then one CTA an SM already),
-// take the grid.
+// batches past kMaxItems (their items' own cost alone keeps two CTAs an SM busy for about
+// 1270 steps at 132 SMs, so only a chain of over 40k tokens could pace them), or of at most
+// sms items (the grid is then one CTA an SM already), take the grid.
 #pragma once
 
 #include <algorithm>
@@ -38,7 +39,7 @@ struct GdnWalkPlanTraits {
   static constexpr double kSharedStep = 1.7;
   static constexpr double kItemSteps = 2.0;
   static constexpr double kMinGain = 1.10;   // the estimated gain that takes the queue
-  static constexpr long long kMaxItems = 1LL << 18;  // bounds the host's simulation (a few ms)
+  static constexpr long long kMaxItems = 1LL << 16;  // bounds the host's simulation (about 6 ms)
 };
 
 // The estimated time, in alone chunk steps, of walking the items of streams with these chunk
@@ -47,8 +48,19 @@ struct GdnWalkPlanTraits {
 inline double gdn_walk_steps(const std::vector<int32_t>& chunks, int per_stream, int sms, int ctas_per_sm) {
   using T = GdnWalkPlanTraits;
   if (per_stream <= 0 || sms <= 0 || ctas_per_sm < 1 || ctas_per_sm > 2) return 0.0;
-  std::vector<double> items;
-  for (const int32_t c : chunks) items.insert(items.end(), per_stream, std::max(c, 0) + T::kItemSteps);
+  // The items in launch order, each stream's per_stream in turn (not materialised: a batch
+  // may have kMaxItems).
+  size_t stream = 0;
+  int taken = 0;  // of stream's items
+  auto next_item = [&](double* cost) {
+    if (stream >= chunks.size()) return false;
+    *cost = std::max(chunks[stream], 0) + T::kItemSteps;
+    if (++taken == per_stream) {
+      ++stream;
+      taken = 0;
+    }
+    return true;
+  };
   struct Sm {
     double at = 0.0;       // the time `left` was last brought up to date
     double left[2] = {};   // work left of the items it holds (alone steps)
@@ -56,11 +68,10 @@ inline double gdn_walk_steps(const std::vector<int32_t>& chunks, int per_stream,
     int version = 0;       // heap entries of an older version are stale
   };
   std::vector<Sm> sm(static_cast<size_t>(sms));
-  size_t next = 0;
   // The first sms items start one an SM, the next sms as their second CTAs.
   for (int slot = 0; slot < ctas_per_sm; ++slot)
     for (auto& m : sm)
-      if (next < items.size()) m.left[m.held++] = items[next++];
+      if (m.held == slot && next_item(&m.left[slot])) ++m.held;
   auto rate = [&](const Sm& m) { return m.held == 2 ? 1.0 / T::kSharedStep : 1.0; };
   auto ends = [&](const Sm& m) { return m.at + std::min(m.left[0], m.held == 2 ? m.left[1] : m.left[0]) / rate(m); };
   using Event = std::pair<double, std::pair<int, int>>;  // (time, (sm, version))
@@ -80,7 +91,7 @@ inline double gdn_walk_steps(const std::vector<int32_t>& chunks, int per_stream,
       if (m.left[i] - done > 1e-9) m.left[kept++] = m.left[i] - done;
     m.held = kept;
     m.at = when;
-    while (m.held < ctas_per_sm && next < items.size()) m.left[m.held++] = items[next++];
+    while (m.held < ctas_per_sm && next_item(&m.left[m.held])) ++m.held;
     ++m.version;
     if (m.held) events.push({ends(m), {id.first, m.version}});
   }

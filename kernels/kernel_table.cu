@@ -44,6 +44,10 @@ struct Ctx {
   std::vector<GdnChunkItem> chunk_items;  // the chunk list (split and chunked)
   std::vector<int32_t> chunk_first;
   bool walk_queue = false;  // the chunked walk's plan (kernels/gdn_walk_plan.h): it takes its work queue
+  // The last plan made and what for (the chunk counts in launch order, then the shape): a
+  // layer run again on the same batch reuses it (a batch of many items takes ms to plan).
+  std::vector<int32_t> walk_plan_key;
+  bool walk_plan_queue = false;
 };
 
 void put(char* buf, size_t len, const std::string& s) {
@@ -473,7 +477,13 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
     if (e == cudaSuccess && !gdn_split(c, shape) && gdn_chunked(c, shape)) {
       std::vector<int32_t> chunks(c.order.size());  // in launch order
       for (size_t i = 0; i < c.order.size(); ++i) chunks[i] = c.chunk_first[c.order[i] + 1] - c.chunk_first[c.order[i]];
-      c.walk_queue = plan_gdn_chunked_walk(shape, m.batch_size, chunks);
+      std::vector<int32_t> key = chunks;
+      key.insert(key.end(), {static_cast<int32_t>(m.batch_size), shape.num_k_heads, shape.num_v_heads, shape.k_dim, shape.v_dim});
+      if (key != c.walk_plan_key) {
+        c.walk_plan_queue = plan_gdn_chunked_walk(shape, m.batch_size, chunks);
+        c.walk_plan_key = std::move(key);
+      }
+      c.walk_queue = c.walk_plan_queue;
     }
   }
   if (e == cudaSuccess) e = cudaStreamSynchronize(st);
