@@ -560,16 +560,16 @@ cudaError_t launch_walk_grid(cudaStream_t stream, const ChunkedParams& s, long l
 // staging warps then start a chunk's copies two chunks ahead (the bits are the same). Taken
 // at k_dim 128 only: 3% faster there (2 / 8 heads, 1 x 16384), 2% slower at 64 (4 / 8
 // heads), even at 32 (H100, PERF-NOTES "Session 35").
-// queue: the batch's plan takes the queue (the lockstep walk's WalkQueue).
+// s.queue set: the batch's plan takes the queue (the lockstep walk's WalkQueue).
 template <int KP, int VB>
-cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s, bool queue) {
+cudaError_t launch_walk(cudaStream_t stream, ChunkedParams s) {
   s.p.blocks = (s.p.v_dim + VB - 1) / VB;
   const long long ctas = static_cast<long long>(s.p.batch_size) * s.p.num_v_heads * s.p.blocks;
   if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
   if constexpr (VB == 8) {
     if (KP == 128 && ctas <= detail::sm_count()) return launch_walk_grid<KP, VB, 2>(stream, s, ctas);
   } else if constexpr (VB == 64) {  // (plan_gdn_chunked_walk: the queue at 64 rows only)
-    if (queue) return launch_walk_grid<KP, VB, 1, true>(stream, s, ctas);
+    if (s.queue) return launch_walk_grid<KP, VB, 1, true>(stream, s, ctas);
   }
   return launch_walk_grid<KP, VB, 1>(stream, s, ctas);
 }
@@ -608,7 +608,7 @@ int walk_rows(const LayerShape& shape, uint32_t batch_size, int sms) {
 }
 
 template <int KP>
-cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s, const GdnArgs& args, bool queue) {
+cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s, const GdnArgs& args) {
   const GdnParams& p = s.p;
   const int group = p.num_v_heads / p.num_k_heads;  // v heads side by side in the prep: up to 4
   const cudaError_t pe = group >= 4   ? launch_prep<KP, 4>(stream, s)
@@ -616,10 +616,10 @@ cudaError_t launch_k(cudaStream_t stream, const ChunkedParams& s, const GdnArgs&
                                       : launch_prep<KP, 1>(stream, s);
   if (pe != cudaSuccess) return pe;
   switch (walk_rows(args.shape, args.batch_size, detail::sm_count())) {
-    case 64: return launch_walk<KP, 64>(stream, s, queue);
-    case 32: return launch_walk<KP, 32>(stream, s, queue);
-    case 16: if constexpr (KP > 32) return launch_walk<KP, 16>(stream, s, queue); else return cudaErrorInvalidValue;
-    default: return launch_walk<KP, 8>(stream, s, queue);
+    case 64: return launch_walk<KP, 64>(stream, s);
+    case 32: return launch_walk<KP, 32>(stream, s);
+    case 16: if constexpr (KP > 32) return launch_walk<KP, 16>(stream, s); else return cudaErrorInvalidValue;
+    default: return launch_walk<KP, 8>(stream, s);
   }
 }
 
@@ -663,9 +663,9 @@ cudaError_t launch_gdn_chunked(cudaStream_t stream, const GdnArgs& args, uint64_
   s.tm = reinterpret_cast<float*>(scratch + l.tm);
   s.nrm = reinterpret_cast<float2*>(scratch + l.nrm);
   s.queue = walk_queue ? reinterpret_cast<int*>(scratch + l.sched) : nullptr;
-  if (shape.k_dim <= 32) return launch_k<32>(stream, s, args, walk_queue);
-  if (shape.k_dim <= 64) return launch_k<64>(stream, s, args, walk_queue);
-  return launch_k<128>(stream, s, args, walk_queue);
+  if (shape.k_dim <= 32) return launch_k<32>(stream, s, args);
+  if (shape.k_dim <= 64) return launch_k<64>(stream, s, args);
+  return launch_k<128>(stream, s, args);
 }
 
 }  // namespace pb::kernels
