@@ -62,7 +62,7 @@ T silu_out(T u) {
 
 // Runs the recurrence of one v head over the stream: S [dv, dk] row-major holds
 // the state in and out; o_t goes to out + t * out_stride.
-// `model` tf32_chunked or tf32_split (T = O = float only): the lp of that kernel, chunk by
+// `model` tf32_chunked, tf32_split or bf16_chunk64 (T = O = float only): the lp of that kernel, chunk by
 // chunk in its arithmetic (summed as `sums` says) instead of token by token.
 template <class T, class O>
 void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride,
@@ -112,12 +112,17 @@ void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride,
     const int t1 = std::min(j.count, t0 + kTileTokens);
     load(t0, std::min(j.count, t1 + 1));
     if constexpr (std::is_same_v<T, float> && std::is_same_v<O, float>) {
-      if (model == GdnPrecision::tf32_chunked || model == GdnPrecision::tf32_split) {
-        const auto chunk_fn = model == GdnPrecision::tf32_split ? detail::gdn_chunk_split : detail::gdn_chunk_tf32;
-        static_assert(kTileTokens % detail::kGdnChunkTokens == 0, "chunks must not straddle tiles");
-        float gs[detail::kGdnChunkTokens], bs[detail::kGdnChunkTokens];
-        for (int c0 = t0; c0 < t1; c0 += detail::kGdnChunkTokens) {
-          const int n = std::min(t1 - c0, detail::kGdnChunkTokens);
+      if (model != GdnPrecision::fp32) {
+        const bool bf16 = model == GdnPrecision::bf16_chunk64;
+        const auto chunk_fn = bf16                                  ? detail::gdn_chunk_bf16
+                              : model == GdnPrecision::tf32_split ? detail::gdn_chunk_split
+                                                                  : detail::gdn_chunk_tf32;
+        const int chunk = bf16 ? detail::kGdnBf16ChunkTokens : detail::kGdnChunkTokens;
+        static_assert(kTileTokens % detail::kGdnChunkTokens == 0 && kTileTokens % detail::kGdnBf16ChunkTokens == 0,
+                      "chunks must not straddle tiles");
+        float gs[detail::kGdnBf16ChunkTokens], bs[detail::kGdnBf16ChunkTokens];
+        for (int c0 = t0; c0 < t1; c0 += chunk) {
+          const int n = std::min(t1 - c0, chunk);
           for (int i = 0; i < n; ++i) {
             gs[i] = j.g[static_cast<size_t>(c0 + i) * j.Hv];
             bs[i] = j.beta[static_cast<size_t>(c0 + i) * j.Hv];
@@ -235,6 +240,7 @@ const char* gdn_precision_name(GdnPrecision p) {
     case GdnPrecision::fp32: return "bf16 io, fp32 math";
     case GdnPrecision::tf32_chunked: return "bf16 io, tf32 products (32-token chunks)";
     case GdnPrecision::tf32_split: return "bf16 io, tf32 products (32-token chunks, context-parallel split)";
+    case GdnPrecision::bf16_chunk64: return "bf16 io, bf16 products (64-token chunks, fla's chunk_gated_delta_rule)";
   }
   return "unknown";
 }

@@ -63,6 +63,9 @@ enum class GdnPrecision {
   tf32_split,    // the same chunks, tf32 operands and fp32 state, but in the context-parallel
                  // order of kernels/gdn_split.cu: U, W = (I + A)^-1 [beta v | beta e^G k] first,
                  // then Delta = U - W S^T (reference/gdn_split_lp.cpp)
+  bf16_chunk64,  // chunks of 64 tokens in the WY form of flash-linear-attention's Triton
+                 // chunk_gated_delta_rule: bf16 operands where it rounds (q, k, (I + A)^-1,
+                 // U, W, the state snapshot, v_new), fp32 sums and state (reference/gdn_bf16_lp.cpp)
 };
 // How a report names it: "bf16 io, fp32 math" / "bf16 io, tf32 products (32-token chunks)".
 const char* gdn_precision_name(GdnPrecision p);

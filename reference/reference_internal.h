@@ -86,8 +86,18 @@ void gdn_chunk_split(int n, int dk, int dv, const float* q, const float* k, cons
                      const float* g, const float* beta, float* S, float* out, size_t out_stride,
                      Tf32Sums sums = Tf32Sums::fp32);
 
+// Tokens per chunk of GdnPrecision::bf16_chunk64 (fla's chunk size); chunks start at the
+// stream's first token.
+constexpr int kGdnBf16ChunkTokens = 64;
+// The same chunk (1 <= n <= kGdnBf16ChunkTokens tokens) in the arithmetic of
+// GdnPrecision::bf16_chunk64 (reference/gdn_bf16_lp.cpp): bf16 operands where fla's
+// chunk_gated_delta_rule rounds, fp32 sums and state; same arguments.
+void gdn_chunk_bf16(int n, int dk, int dv, const float* q, const float* k, const float* v,
+                    const float* g, const float* beta, float* S, float* out, size_t out_stride,
+                    Tf32Sums sums = Tf32Sums::fp32);
+
 // One stream of a Gated DeltaNet layer at kernel precision `p` (what
-// gdn_reference's out_lp / h_lp hold for it, with `sums` for tf32_chunked / tf32_split).
+// gdn_reference's out_lp / h_lp hold for it, with `sums` for the chunked precisions).
 // out: [count, Hv, v_dim] (bf16 values); h_final: [Hv, v_dim, k_dim].
 void gdn_stream_lp(const Batch& batch, const LayerShape& shape, int layer, int stream,
                    GdnPrecision p, Tf32Sums sums, std::vector<float>* out,

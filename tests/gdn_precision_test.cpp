@@ -289,6 +289,114 @@ TEST(GdnPrecisionLimit, LongMemoryStandInsPassAndABf16DecayFails) {
   }
 }
 
+// GdnPrecision::bf16_chunk64 (reference/gdn_bf16_lp.cpp, the rounding points of fla's
+// chunk_gated_delta_rule): its 64-token WY chunks compute the token recurrence within bf16
+// noise of the fp32 lp across chunks with a carried state, and are not the fp32 lp.
+TEST(GdnBf16Lp, FollowsTheTokenRecurrenceAcrossChunks) {
+  const Batch batch = batch_of(kLong);
+  const LayerShape shape = layer_shape(parse_scenario(kLong, "test.yaml"), batch);
+  const GdnReference fp = gdn_reference(batch, shape, 0, GdnPrecision::fp32);
+  const GdnReference bf = gdn_reference(batch, shape, 0, GdnPrecision::bf16_chunk64);
+  EXPECT_EQ(bf.lp_precision, GdnPrecision::bf16_chunk64);
+  double out_diff = 0, out_max = 0;
+  size_t differ = 0;
+  for (size_t i = 0; i < fp.out_lp.size(); ++i) {
+    out_diff = std::max(out_diff, static_cast<double>(std::abs(fp.out_lp[i] - bf.out_lp[i])));
+    out_max = std::max(out_max, static_cast<double>(std::abs(fp.out_hp[i])));
+    differ += fp.out_lp[i] != bf.out_lp[i];
+  }
+  std::printf("bf16-chunk64 lp against the fp32 lp: out %.3g of max |out| %.3g\n", out_diff, out_max);
+  EXPECT_GT(differ, 0u);
+  EXPECT_LT(out_diff, 5e-2 * out_max);
+  for (int b = 0; b < batch.num_streams; ++b) {
+    double h_diff = 0, h_max = 0;
+    for (size_t i = 0; i < fp.h_lp[b].size(); ++i) {
+      h_diff = std::max(h_diff, static_cast<double>(std::abs(fp.h_lp[b][i] - bf.h_lp[b][i])));
+      h_max = std::max(h_max, static_cast<double>(std::abs(fp.h_hp[b][i])));
+    }
+    std::printf("  stream %d state: %.3g of max |h| %.3g\n", b, h_diff, h_max);
+    EXPECT_LT(h_diff, 2e-2 * h_max) << "stream " << b;
+  }
+}
+
+// What declaring bf16-chunk64 does to the limit, and that it still catches bugs: a stand-in
+// of such a kernel (the lp's roundings, sums in double) passes its own limit on the
+// decode-heavy class, a long carried stream and gdn-long-memory; judged by the tf32-chunked
+// limit the same stand-in fails (a bf16 kernel that declares nothing, or tf32, is refused);
+// and with the carried state's decay dropped at a chunk's first token, or e^g rounded to bf16
+// on gdn-long-memory, it fails its own limit. The limits' ratio to tf32-chunked's is printed.
+TEST(GdnPrecisionLimit, Bf16StandInPassesItsLimitAndBugsFail) {
+  auto worst = [](const Verdict& v) {
+    double w = 0;
+    for (const CheckResult* c : {&v.numeric, &v.state})
+      for (const Figure& f : c->figures) w = std::max(w, f.limit > 0 ? f.max_abs / f.limit : 0.0);
+    return w;
+  };
+  auto limit_ratio = [](const GdnReference& a, const GdnReference& b) {  // max over figures of a's lowp / b's
+    double out_a = 0, out_b = 0;
+    for (size_t i = 0; i < a.out_lp.size(); ++i) {
+      out_a = std::max(out_a, static_cast<double>(std::abs(a.out_lp[i] - a.out_hp[i])));
+      out_b = std::max(out_b, static_cast<double>(std::abs(b.out_lp[i] - b.out_hp[i])));
+    }
+    double h_a = 0, h_b = 0;
+    for (size_t s = 0; s < a.h_lp.size(); ++s)
+      for (size_t i = 0; i < a.h_lp[s].size(); ++i) {
+        h_a = std::max(h_a, static_cast<double>(std::abs(a.h_lp[s][i] - a.h_hp[s][i])));
+        h_b = std::max(h_b, static_cast<double>(std::abs(b.h_lp[s][i] - b.h_hp[s][i])));
+      }
+    return std::make_pair(out_a / out_b, h_a / h_b);
+  };
+  struct Case {
+    const char* name;
+    Batch batch;
+    LayerShape shape;
+    int layer;
+  };
+  const DecodeHeavy& d = decode_heavy_batch();
+  const Scenario lm = load_scenario(pb::test::source_dir() + "/scenarios/gdn-long-memory.yaml");
+  const Batch lm_batch = generate_batch(lm);
+  const Batch long_batch = batch_of(kLong);
+  const Case cases[] = {{"decode-heavy", d.batch, d.shape, d.kLayer},
+                        {"long", long_batch, layer_shape(parse_scenario(kLong, "test.yaml"), long_batch), 0},
+                        {"gdn-long-memory", lm_batch, layer_shape(lm, lm_batch), 0}};
+  bool tf32_refuses = false;
+  for (const Case& c : cases) {
+    const GdnReference bf = gdn_reference(c.batch, c.shape, c.layer, GdnPrecision::bf16_chunk64);
+    const GdnReference tf = gdn_reference(c.batch, c.shape, c.layer, GdnPrecision::tf32_chunked);
+    const LayerOutputs kernel = chunked_stand_in(c.batch, c.shape, c.layer, bf, GdnPrecision::bf16_chunk64);
+    const Verdict v = judge(c.batch, c.shape, c.layer, bf, kernel);
+    EXPECT_TRUE(v.numeric.passed) << c.name << ": " << v.numeric.findings.front().message;
+    EXPECT_TRUE(v.state.passed) << c.name << ": " << v.state.findings.front().message;
+    for (const Figure& f : v.numeric.figures)
+      EXPECT_EQ(f.precision, "bf16 io, bf16 products (64-token chunks, fla's chunk_gated_delta_rule)");
+    const Verdict as_tf32 = judge(c.batch, c.shape, c.layer, tf, kernel);
+    tf32_refuses = tf32_refuses || !as_tf32.numeric.passed || !as_tf32.state.passed;
+    const auto [out_r, h_r] = limit_ratio(bf, tf);
+    std::printf("%s: bf16-chunk64 stand-in at %.2f of its limit, %.2f of tf32-chunked's; lowp bf16 / tf32: "
+                "out %.2f, state %.2f\n", c.name, worst(v), worst(as_tf32), out_r, h_r);
+  }
+  EXPECT_TRUE(tf32_refuses);
+
+  Batch no_decay = d.batch;
+  for (const StreamTruth& st : no_decay.streams)
+    for (int h = 0; h < d.shape.num_v_heads; ++h)
+      no_decay.layers[d.kLayer].gdn.g[static_cast<size_t>(st.row_begin) * d.shape.num_v_heads + h] = 0.0f;
+  const GdnReference bf_d = gdn_reference(d.batch, d.shape, d.kLayer, GdnPrecision::bf16_chunk64);
+  const Verdict bad = judge(d.batch, d.shape, d.kLayer, bf_d,
+                            chunked_stand_in(no_decay, d.shape, d.kLayer, bf_d, GdnPrecision::bf16_chunk64));
+  EXPECT_FALSE(bad.numeric.passed);
+  EXPECT_FALSE(bad.state.passed);
+
+  Batch bf16_decay = lm_batch;
+  for (float& g : bf16_decay.layers[0].gdn.g) g = std::log(round_bf16(std::exp(g)));
+  const LayerShape lm_shape = layer_shape(lm, lm_batch);
+  const GdnReference bf_lm = gdn_reference(lm_batch, lm_shape, 0, GdnPrecision::bf16_chunk64);
+  const Verdict bad_lm =
+      judge(lm_batch, lm_shape, 0, bf_lm, chunked_stand_in(bf16_decay, lm_shape, 0, bf_lm, GdnPrecision::bf16_chunk64));
+  std::printf("gdn-long-memory, bf16-chunk64 with e^g in bf16: %.2f of its limit\n", worst(bad_lm));
+  EXPECT_FALSE(bad_lm.numeric.passed && bad_lm.state.passed);
+}
+
 // The split kernel's arithmetic loses no more than the chunked kernel's: on every
 // stream, its error against hp (output and state) sits within the limit the
 // tf32-chunked lp gives (2 |lp - hp| + atol). The worst ratio is printed
