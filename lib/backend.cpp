@@ -230,8 +230,10 @@ GdnPrecision Backend::gdn_precision(int layer) const {
   if (p == "fp32") return GdnPrecision::fp32;
   if (p == "tf32-chunked") return GdnPrecision::tf32_chunked;
   if (p == "tf32-split") return GdnPrecision::tf32_split;
+  if (p == "bf16-chunk64") return GdnPrecision::bf16_chunk64;
   throw InputError(fmt::format("kernel library {}: precision(\"gdn\") is '{}', which the harness cannot model "
-                               "(known: fp32, tf32-chunked, tf32-split; docs/KERNEL-ABI.md)", library_->label(), p));
+                               "(known: fp32, tf32-chunked, tf32-split, bf16-chunk64; docs/KERNEL-ABI.md)",
+                               library_->label(), p));
 }
 
 void Backend::reset_layer(int layer) {

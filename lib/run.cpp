@@ -301,6 +301,11 @@ RunResult run_scenario(const Scenario& s, const RunOptions& opt) {
   std::vector<std::vector<StreamOutputs>> cobatched(s.layers.size());
   std::vector<bool> skipped(s.layers.size(), false);
 
+  // A GDN precision the reference cannot model is refused before any layer runs.
+  for (size_t l = 0; l < s.layers.size(); ++l)
+    if (s.layers[l] == LayerKind::gdn && backend->unsupported(static_cast<int>(l)).empty())
+      backend->gdn_precision(static_cast<int>(l));
+
   for (size_t l = 0; l < s.layers.size(); ++l) {
     const int layer = static_cast<int>(l);
     const bool attn = s.layers[l] == LayerKind::attn;

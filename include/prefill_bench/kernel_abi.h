@@ -236,9 +236,11 @@ typedef struct pb_kernel_table {
    * so the harness's same-precision reference, and so the numeric limit, follows
    * it (docs/TOLERANCES.md). Known names: "fp32" (fp32 products, bf16 rounding
    * where the math contract rounds) and "tf32-chunked" (the chunk's products
-   * with tf32 operands over 32-token chunks, as kernels/gdn_chunked.cu) and
-   * "tf32-split" (the same in the context-parallel order of kernels/gdn_split.cu). Called
-   * after set_option. An unknown name is refused by the harness. */
+   * with tf32 operands over 32-token chunks, as kernels/gdn_chunked.cu),
+   * "tf32-split" (the same in the context-parallel order of kernels/gdn_split.cu) and
+   * "bf16-chunk64" (bf16 operands over 64-token chunks, as flash-linear-attention's
+   * Triton chunk_gated_delta_rule rounds). Called after set_option. An unknown name is
+   * refused by the harness before any layer runs. */
   pb_status (*precision)(void* ctx, const pb_layer_shape* shape, const char* kernel, char* buf,
                          size_t buf_len);
 } pb_kernel_table;
