@@ -4,8 +4,10 @@
 // blocks); each item is a chain of its stream's chunks, walked one after the other. It has
 // two launches:
 //  - the grid: one CTA an item, two resident a multiprocessor. The first sms CTAs start one
-//    an SM, the next sms beside them, and an SM takes the next CTA as one of its own ends.
-//    A CTA sharing its SM walks a chunk kSharedStep times slower than one alone.
+//    an SM but for sms / kFirstWaveSharedEvery of them, which start beside the first ones (the
+//    longest items) and leave as many SMs empty; the rest fill the free slots, and an SM takes
+//    the next CTA as one of its own ends. A CTA sharing its SM walks a chunk kSharedStep times
+//    slower than one alone.
 //  - the queue: one CTA an SM, each claiming the next item in launch order until none is
 //    left. Launch order is longest first, so the queue is a longest-first list schedule:
 //    a long stream's chains start at once, each on an SM of its own.
@@ -39,6 +41,13 @@ struct GdnWalkPlanTraits {
   static constexpr double kSharedStep = 1.7;
   static constexpr double kItemSteps = 2.0;
   static constexpr double kMinGain = 1.10;   // the estimated gain that takes the queue
+  // The block scheduler's first wave (session 41's probe on an H100, 132 SMs, %smid per CTA
+  // of a two-per-SM grid, plain and programmatic-dependent launches alike): the first 132
+  // CTAs landed on 124 distinct SMs. Which ones pair is not known, so the plan takes the
+  // case that costs a longest-first launch most: the last sms / 16 beside the first. It
+  // explains 2 x 6000 + 12 x 300 at 16 / 32 heads (grid measured 1.32 ms, estimated 1.37
+  // so, 1.02 with every first-wave CTA alone; the queue measured 1.13).
+  static constexpr int kFirstWaveSharedEvery = 16;
   static constexpr long long kMaxItems = 1LL << 16;  // bounds the host's simulation (about 6 ms)
 };
 
@@ -68,7 +77,15 @@ inline double gdn_walk_steps(const std::vector<int32_t>& chunks, int per_stream,
     int version = 0;       // heap entries of an older version are stale
   };
   std::vector<Sm> sm(static_cast<size_t>(sms));
-  // The first sms items start one an SM, the next sms as their second CTAs.
+  // The first wave: sms items, one an SM but for the last `paired`, which go beside the
+  // first `paired` (the grid only, and only a grid of more than sms CTAs: a smaller one asks
+  // for more than half an SM's shared memory, gdn_chunked.cu); then every free slot, SM by SM.
+  const bool full = static_cast<long long>(chunks.size()) * per_stream > sms;
+  const int paired = ctas_per_sm == 2 && full ? sms / T::kFirstWaveSharedEvery : 0;
+  for (int j = 0; j < sms - paired; ++j)
+    if (next_item(&sm[j].left[0])) sm[j].held = 1;
+  for (int j = 0; j < paired; ++j)
+    if (sm[j].held == 1 && next_item(&sm[j].left[1])) sm[j].held = 2;
   for (int slot = 0; slot < ctas_per_sm; ++slot)
     for (auto& m : sm)
       if (m.held == slot && next_item(&m.left[slot])) ++m.held;

@@ -1,8 +1,8 @@
 // gdn_walk_plan_test.cpp: the chunked GDN walk's plan (kernels/gdn_walk_plan.h), on the
 // host: the two schedules it simulates, worked by hand on small cases and bounded on large
-// ones, and its choice on the batches measured on an H100 (132 SMs) in session 40
-// (kernels/PERF-NOTES.md): the queue for one long stream among short ones, the grid for
-// uniform batches and for a shortest-first launch order. per_stream = v heads x v blocks.
+// ones, and its choice on the batches measured on an H100 (132 SMs) in sessions 40 and 41
+// (kernels/PERF-NOTES.md): the queue for one long stream among short ones and for a first
+// wave of long chains, the grid for uniform batches and for a shortest-first launch order. per_stream = v heads x v blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,6 +42,18 @@ TEST(GdnWalkPlan, SimulatesSmallSchedulesByHand) {
   EXPECT_NEAR(gdn_walk_steps({2, 2, 2}, 1, 1, 2), first + a, 1e-9);
 }
 
+// The grid's first wave: of the first sms CTAs, sms / kFirstWaveSharedEvery start beside the
+// first ones. 16 items of 10 chunks on 16 SMs fit one an SM, and do (a grid of at most sms
+// CTAs spreads). 16 long items then 16 short ones (1 chunk): long item 15 starts beside long
+// item 0 and the two walk shared to the end, where every other SM walks a long item beside
+// a short one (3 shared steps, then alone); the queue walks a long then a short item an SM.
+TEST(GdnWalkPlan, TheFirstWavePairsTheLastBesideTheFirst) {
+  ASSERT_EQ(16 / GdnWalkPlanTraits::kFirstWaveSharedEvery, 1);
+  EXPECT_DOUBLE_EQ(gdn_walk_steps({10}, 16, 16, 2), 10 + kI);
+  EXPECT_NEAR(gdn_walk_steps({10, 1}, 16, 16, 2), (10 + kI) * kS, 1e-9);
+  EXPECT_DOUBLE_EQ(gdn_walk_steps({10, 1}, 16, 16, 1), 10 + 1 + 2 * kI);
+}
+
 TEST(GdnWalkPlan, QueueIsAListScheduleWithinItsBounds) {
   for (int per_stream : {8, 32, 64, 128}) {
     const std::vector<int32_t> c = chunks_of({7, 130, 511, 1024, 2048, 4096, 333, 8192, 45, 100});
@@ -68,6 +80,19 @@ TEST(GdnWalkPlan, OneLongStreamAmongShortOnesTakesTheQueue) {
   EXPECT_TRUE(plan_gdn_walk_queue(chunks_of({7, 130, 511, 1024, 2048, 4096, 333, 8192}), 64, kSms));
   // tests/cuda/gdn-planned-walk.yaml's batch (45 + 64 is a continuation chunk's 64 tokens)
   EXPECT_TRUE(plan_gdn_walk_queue(chunks_of({1024, 128, 64, 64, 7, 40, 109}), 64, kSms));
+}
+
+// Long chains about as many as the SMs, then short ones (16 / 32 heads, d128, H100, session
+// 41): with two of the first wave on an SM, two long chains share it to the end. The grid
+// measured 1.32 ms, the queue 1.13. With more long chains than SMs they pair either way:
+// 3 x 3000 + 40 x 100 measured 0.85 ms on the grid and 1.09 on the queue.
+TEST(GdnWalkPlan, AFirstWaveOfLongChainsTakesTheQueue) {
+  std::vector<int> t = {6000, 6000};
+  t.insert(t.end(), 12, 300);
+  EXPECT_TRUE(plan_gdn_walk_queue(chunks_of(t), 64, kSms));
+  std::vector<int> u = {3000, 3000, 3000};
+  u.insert(u.end(), 40, 100);
+  EXPECT_FALSE(plan_gdn_walk_queue(chunks_of(u), 64, kSms));
 }
 
 TEST(GdnWalkPlan, UniformBatchesTakeTheGrid) {
