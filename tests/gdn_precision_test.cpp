@@ -71,6 +71,33 @@ streams:
   - {chunk_start: 7, tokens: 1}
 )";
 
+// How far lp `b` lies from lp `a`: the worst output difference (against a's largest hp
+// output), how many outputs differ at all, and per stream the worst state difference
+// (against a's largest hp state value).
+struct LpDistance {
+  double out_diff = 0, out_max = 0;
+  size_t differ = 0;
+  std::vector<double> h_diff, h_max;
+};
+LpDistance lp_distance(const GdnReference& a, const GdnReference& b) {
+  LpDistance d;
+  for (size_t i = 0; i < a.out_lp.size(); ++i) {
+    d.out_diff = std::max(d.out_diff, static_cast<double>(std::abs(a.out_lp[i] - b.out_lp[i])));
+    d.out_max = std::max(d.out_max, static_cast<double>(std::abs(a.out_hp[i])));
+    d.differ += a.out_lp[i] != b.out_lp[i];
+  }
+  for (size_t s = 0; s < a.h_lp.size(); ++s) {
+    double diff = 0, max = 0;
+    for (size_t i = 0; i < a.h_lp[s].size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(a.h_lp[s][i] - b.h_lp[s][i])));
+      max = std::max(max, static_cast<double>(std::abs(a.h_hp[s][i])));
+    }
+    d.h_diff.push_back(diff);
+    d.h_max.push_back(max);
+  }
+  return d;
+}
+
 // The WY-form chunks compute the token recurrence: the tf32 lp stays within tf32
 // noise of the fp32 lp over several chunks with a carried state (a wrong term in
 // the chunk algebra is O(1)), and it is not the fp32 lp under another name.
@@ -81,23 +108,10 @@ TEST(GdnChunkedLp, FollowsTheTokenRecurrenceAcrossChunks) {
   const GdnReference tf = gdn_reference(batch, shape, 0, GdnPrecision::tf32_chunked);
   EXPECT_EQ(fp.lp_precision, GdnPrecision::fp32);
   EXPECT_EQ(tf.lp_precision, GdnPrecision::tf32_chunked);
-  double out_diff = 0, out_max = 0;
-  size_t differ = 0;
-  for (size_t i = 0; i < fp.out_lp.size(); ++i) {
-    out_diff = std::max(out_diff, static_cast<double>(std::abs(fp.out_lp[i] - tf.out_lp[i])));
-    out_max = std::max(out_max, static_cast<double>(std::abs(fp.out_hp[i])));
-    differ += fp.out_lp[i] != tf.out_lp[i];
-  }
-  EXPECT_GT(differ, 0u);
-  EXPECT_LT(out_diff, 1e-2 * out_max);
-  for (int b = 0; b < batch.num_streams; ++b) {
-    double h_diff = 0, h_max = 0;
-    for (size_t i = 0; i < fp.h_lp[b].size(); ++i) {
-      h_diff = std::max(h_diff, static_cast<double>(std::abs(fp.h_lp[b][i] - tf.h_lp[b][i])));
-      h_max = std::max(h_max, static_cast<double>(std::abs(fp.h_hp[b][i])));
-    }
-    EXPECT_LT(h_diff, 1e-3 * h_max) << "stream " << b;
-  }
+  const LpDistance d = lp_distance(fp, tf);
+  EXPECT_GT(d.differ, 0u);
+  EXPECT_LT(d.out_diff, 1e-2 * d.out_max);
+  for (int b = 0; b < batch.num_streams; ++b) EXPECT_LT(d.h_diff[b], 1e-3 * d.h_max[b]) << "stream " << b;
   // The hp side does not depend on the lp model.
   EXPECT_EQ(std::memcmp(fp.out_hp.data(), tf.out_hp.data(), fp.out_hp.size() * 4), 0);
 }
@@ -209,23 +223,11 @@ TEST(GdnSplitLp, FollowsTheChunkedFormAcrossChunks) {
   const GdnReference ch = gdn_reference(batch, shape, 0, GdnPrecision::tf32_chunked);
   const GdnReference sp = gdn_reference(batch, shape, 0, GdnPrecision::tf32_split);
   EXPECT_EQ(sp.lp_precision, GdnPrecision::tf32_split);
-  double out_diff = 0, out_max = 0;
-  size_t differ = 0;
-  for (size_t i = 0; i < fp.out_lp.size(); ++i) {
-    out_diff = std::max(out_diff, static_cast<double>(std::abs(fp.out_lp[i] - sp.out_lp[i])));
-    out_max = std::max(out_max, static_cast<double>(std::abs(fp.out_hp[i])));
-    differ += ch.out_lp[i] != sp.out_lp[i] || fp.out_lp[i] != sp.out_lp[i];
-  }
-  EXPECT_GT(differ, 0u);
-  EXPECT_LT(out_diff, 1e-2 * out_max);
-  for (int b = 0; b < batch.num_streams; ++b) {
-    double h_diff = 0, h_max = 0;
-    for (size_t i = 0; i < fp.h_lp[b].size(); ++i) {
-      h_diff = std::max(h_diff, static_cast<double>(std::abs(ch.h_lp[b][i] - sp.h_lp[b][i])));
-      h_max = std::max(h_max, static_cast<double>(std::abs(fp.h_hp[b][i])));
-    }
-    EXPECT_LT(h_diff, 1e-3 * h_max) << "stream " << b;
-  }
+  const LpDistance from_fp = lp_distance(fp, sp), from_ch = lp_distance(ch, sp);
+  EXPECT_GT(from_fp.differ + from_ch.differ, 0u);
+  EXPECT_LT(from_fp.out_diff, 1e-2 * from_fp.out_max);
+  for (int b = 0; b < batch.num_streams; ++b)
+    EXPECT_LT(from_ch.h_diff[b], 1e-3 * from_fp.h_max[b]) << "stream " << b;
 }
 
 // A stand-in of the split kernel (its arithmetic, sums in double) passes its own
@@ -298,24 +300,13 @@ TEST(GdnBf16Lp, FollowsTheTokenRecurrenceAcrossChunks) {
   const GdnReference fp = gdn_reference(batch, shape, 0, GdnPrecision::fp32);
   const GdnReference bf = gdn_reference(batch, shape, 0, GdnPrecision::bf16_chunk64);
   EXPECT_EQ(bf.lp_precision, GdnPrecision::bf16_chunk64);
-  double out_diff = 0, out_max = 0;
-  size_t differ = 0;
-  for (size_t i = 0; i < fp.out_lp.size(); ++i) {
-    out_diff = std::max(out_diff, static_cast<double>(std::abs(fp.out_lp[i] - bf.out_lp[i])));
-    out_max = std::max(out_max, static_cast<double>(std::abs(fp.out_hp[i])));
-    differ += fp.out_lp[i] != bf.out_lp[i];
-  }
-  std::printf("bf16-chunk64 lp against the fp32 lp: out %.3g of max |out| %.3g\n", out_diff, out_max);
-  EXPECT_GT(differ, 0u);
-  EXPECT_LT(out_diff, 5e-2 * out_max);
+  const LpDistance d = lp_distance(fp, bf);
+  std::printf("bf16-chunk64 lp against the fp32 lp: out %.3g of max |out| %.3g\n", d.out_diff, d.out_max);
+  EXPECT_GT(d.differ, 0u);
+  EXPECT_LT(d.out_diff, 5e-2 * d.out_max);
   for (int b = 0; b < batch.num_streams; ++b) {
-    double h_diff = 0, h_max = 0;
-    for (size_t i = 0; i < fp.h_lp[b].size(); ++i) {
-      h_diff = std::max(h_diff, static_cast<double>(std::abs(fp.h_lp[b][i] - bf.h_lp[b][i])));
-      h_max = std::max(h_max, static_cast<double>(std::abs(fp.h_hp[b][i])));
-    }
-    std::printf("  stream %d state: %.3g of max |h| %.3g\n", b, h_diff, h_max);
-    EXPECT_LT(h_diff, 2e-2 * h_max) << "stream " << b;
+    std::printf("  stream %d state: %.3g of max |h| %.3g\n", b, d.h_diff[b], d.h_max[b]);
+    EXPECT_LT(d.h_diff[b], 2e-2 * d.h_max[b]) << "stream " << b;
   }
 }
 
