@@ -145,6 +145,14 @@ Verdict judge(const Batch& batch, const LayerShape& shape, int layer, const GdnR
   return v;
 }
 
+// The worst figure of a verdict's numeric and state checks, as a fraction of its limit.
+double worst(const Verdict& v) {
+  double w = 0;
+  for (const CheckResult* c : {&v.numeric, &v.state})
+    for (const Figure& f : c->figures) w = std::max(w, f.limit > 0 ? f.max_abs / f.limit : 0.0);
+  return w;
+}
+
 // The shipped decode-heavy batch (scenarios/decode-heavy.yaml; its gdn layer is
 // layer 1): 300 streams of 1-3 tokens, half with a carried state.
 struct DecodeHeavy {
@@ -270,12 +278,6 @@ TEST(GdnPrecisionLimit, LongMemoryStandInsPassAndABf16DecayFails) {
   const Batch batch = generate_batch(s);
   const LayerShape shape = layer_shape(s, batch);
   ASSERT_EQ(batch.layers[0].kind, LayerKind::gdn);
-  auto worst = [](const Verdict& v) {
-    double w = 0;
-    for (const CheckResult* c : {&v.numeric, &v.state})
-      for (const Figure& f : c->figures) w = std::max(w, f.limit > 0 ? f.max_abs / f.limit : 0.0);
-    return w;
-  };
   Batch bf16_decay = batch;
   for (float& g : bf16_decay.layers[0].gdn.g) g = std::log(round_bf16(std::exp(g)));
   for (GdnPrecision p : {GdnPrecision::tf32_chunked, GdnPrecision::tf32_split}) {
@@ -317,12 +319,6 @@ TEST(GdnBf16Lp, FollowsTheTokenRecurrenceAcrossChunks) {
 // and with the carried state's decay dropped at a chunk's first token, or e^g rounded to bf16
 // on gdn-long-memory, it fails its own limit. The limits' ratio to tf32-chunked's is printed.
 TEST(GdnPrecisionLimit, Bf16StandInPassesItsLimitAndBugsFail) {
-  auto worst = [](const Verdict& v) {
-    double w = 0;
-    for (const CheckResult* c : {&v.numeric, &v.state})
-      for (const Figure& f : c->figures) w = std::max(w, f.limit > 0 ? f.max_abs / f.limit : 0.0);
-    return w;
-  };
   auto limit_ratio = [](const GdnReference& a, const GdnReference& b) {  // max over figures of a's lowp / b's
     double out_a = 0, out_b = 0;
     for (size_t i = 0; i < a.out_lp.size(); ++i) {
