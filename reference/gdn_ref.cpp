@@ -120,7 +120,8 @@ void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride,
         const int chunk = bf16 ? detail::kGdnBf16ChunkTokens : detail::kGdnChunkTokens;
         static_assert(kTileTokens % detail::kGdnChunkTokens == 0 && kTileTokens % detail::kGdnBf16ChunkTokens == 0,
                       "chunks must not straddle tiles");
-        float gs[detail::kGdnBf16ChunkTokens], bs[detail::kGdnBf16ChunkTokens];
+        constexpr int kMaxChunk = std::max(detail::kGdnChunkTokens, detail::kGdnBf16ChunkTokens);
+        float gs[kMaxChunk], bs[kMaxChunk];
         for (int c0 = t0; c0 < t1; c0 += chunk) {
           const int n = std::min(t1 - c0, chunk);
           for (int i = 0; i < n; ++i) {
