@@ -30,6 +30,7 @@
 
 #include "kernels/attention_mma.h"
 #include "kernels/common.cuh"
+#include "kernels/mma_bf16.cuh"
 #include "kernels/wgmma.cuh"
 
 namespace pb::kernels {
@@ -133,26 +134,7 @@ struct MmaParams {
 __device__ __forceinline__ void st_shared16(uint32_t dst, uint32_t w) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(w) : "memory");
 }
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
-                                            uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
-                                                  uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-// d += a * b: bf16 inputs, fp32 accumulators (m16n8k16, A row-major, B column-major).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// (ldmatrix_x4, ldmatrix_x4_trans, mma_bf16: kernels/mma_bf16.cuh)
 
 // Byte offset of 16-byte chunk `ch` of row `row` in a [rows][D] bf16 tile:
 // the chunk's low 3 bits XOR the row's low 3 bits, so the 8 rows an ldmatrix
