@@ -16,6 +16,7 @@
 
 #include "kernels/attention_mma.h"
 #include "kernels/attention_ws.h"
+#include "kernels/gdn_bf16.h"
 #include "kernels/gdn_chunked.h"
 #include "kernels/gdn_split.h"
 #include "kernels/kernel_table.h"
@@ -34,7 +35,7 @@ struct Ctx {
   bool causal_off_by_one = false, conv_state_bleed = false;
   bool graph_baked_kv_len = false;  // attention reads kv_lens the launch carries (kv_lens_host), not the device array
   std::string attention = "auto";  // auto (mma where the shape allows), fp32, mma, mma:N, ws, ws:cp
-  std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, split, token
+  std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, split, bf16, token
   std::string conv1d = "auto";     // auto (stage where the shape allows), window, stage, row (the oracle)
   // The plan prepare() made, for the workspace it wrote.
   std::vector<AttnWorkItem> work;
@@ -101,6 +102,9 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
 // and one that looks at the batch picks another kernel for a stream run alone than
 // co-batched, which the invariance check rightly fails (their sums differ in order).
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
+// The bf16 split (gdn_bf16.cu, fla's arithmetic, declared bf16-chunk64) only when asked
+// for (`--impl gdn=bf16`): it trades the tf32 kernels' precision for bf16 operands.
+bool gdn_bf16(const Ctx& c, const LayerShape& shape) { return c.gdn == "bf16" && gdn_bf16_supports(shape); }
 // The warp-specialized kernel (attention_ws.cu) when asked for or under auto, where
 // the shape and device allow it; its q-tiles are its own (attention_tile_rows).
 // auto takes it at every head dim and head layout (kernels/PERF-NOTES.md "v8", H200):
@@ -152,7 +156,8 @@ SsmLayout ssm_layout(const Ctx& c, const pb_ssm_shape& s, uint32_t T, uint32_t N
   l.order = round256(uint64_t(T) * s.conv_dim * 2);
   l.bytes = l.order + round256(uint64_t(N + 1) * 4);
   const LayerShape shape = ssm_shape(s);
-  const uint64_t own = gdn_split(c, shape)     ? gdn_split_layout(shape, T, N).bytes
+  const uint64_t own = gdn_bf16(c, shape)      ? gdn_bf16_layout(shape, T, N).bytes
+                       : gdn_split(c, shape)   ? gdn_split_layout(shape, T, N).bytes
                        : gdn_chunked(c, shape) ? gdn_chunked_layout(shape, T, N).bytes
                                                : 0;
   if (own) {
@@ -269,8 +274,8 @@ pb_status set_option(void* ctx, const char* key, const char* value, char* msg, s
     return PB_OK;
   }
   if (k == "gdn") {
-    if (v != "auto" && v != "chunked" && v != "split" && v != "token") {
-      put(msg, msg_len, "pb-cuda gdn variants: auto, chunked, split, token (not '" + v + "')");
+    if (v != "auto" && v != "chunked" && v != "split" && v != "bf16" && v != "token") {
+      put(msg, msg_len, "pb-cuda gdn variants: auto, chunked, split, bf16, token (not '" + v + "')");
       return PB_ERR_UNSUPPORTED;
     }
     c.gdn = v;
@@ -296,6 +301,7 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
                                                                       : c.attention) +
                   " gdn=" + std::string(c.gdn == "auto"    ? (kGdnChunkedDefault ? "chunked-tf32/token by shape" : "token")
                                    : c.gdn == "split" ? (wgmma_available() ? "split(scan: wgmma, bulk-copy ring)" : "split(scan: mma.sync)")
+                                   : c.gdn == "bf16"  ? "bf16(split, 64-token chunks, bf16 mma.sync)"
                                                       : c.gdn);
   const Conv1dImpl ci = conv1d_impl(c);
   d += " conv1d=" + std::string(ci == Conv1dImpl::window  ? "window(d_conv<=4)/row"
@@ -308,14 +314,16 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
   return PB_OK;
 }
 
-// The gdn kernel's arithmetic at this shape: the split or the chunked kernel's tf32
-// products, or the token kernel's fp32 (the reference's lp follows it: docs/TOLERANCES.md).
+// The gdn kernel's arithmetic at this shape: the bf16 split's bf16 products, the split or
+// the chunked kernel's tf32 products, or the token kernel's fp32 (the reference's lp
+// follows it: docs/TOLERANCES.md).
 pb_status precision(void* ctx, const pb_layer_shape* s, const char* kernel, char* buf, size_t buf_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
   const bool gdn = s->kind == PB_LAYER_SSM && kernel && std::string(kernel) == "gdn";
+  const bool lowp = gdn && gdn_bf16(c, ssm_shape(s->ssm));
   const bool split = gdn && gdn_split(c, ssm_shape(s->ssm));
   const bool tf32 = gdn && !split && gdn_chunked(c, ssm_shape(s->ssm));
-  put(buf, buf_len, split ? "tf32-split" : tf32 ? "tf32-chunked" : "fp32");
+  put(buf, buf_len, lowp ? "bf16-chunk64" : split ? "tf32-split" : tf32 ? "tf32-chunked" : "fp32");
   return PB_OK;
 }
 
@@ -457,9 +465,10 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
   if (!c.order.empty())
     e = cudaMemcpyAsync(ws<int32_t>(a->workspace.data, l.order), c.order.data(), c.order.size() * 4,
                         cudaMemcpyHostToDevice, st);
-  if (e == cudaSuccess && l.gdn) {  // the chunk list of the split or chunked kernel (kernels/gdn_chunk_list.h)
-    plan_gdn_chunks(host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count), c.order, &c.chunk_items, &c.chunk_first);
-    const GdnChunkList cl = gdn_chunk_list_layout(m.total_tokens, m.batch_size);
+  if (e == cudaSuccess && l.gdn) {  // the chunk list of the split, bf16 or chunked kernel (kernels/gdn_chunk_list.h)
+    const int chunk = gdn_bf16(c, ssm_shape(a->shape)) ? kGdnBf16Chunk : kGdnChunk;
+    plan_gdn_chunks(host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count), c.order, &c.chunk_items, &c.chunk_first, chunk);
+    const GdnChunkList cl = gdn_chunk_list_layout(m.total_tokens, m.batch_size, chunk);
     if (c.chunk_items.size() > cl.max_chunks || c.chunk_first.size() != m.batch_size + 1u) {
       put(msg, msg_len, "prepare_ssm: the host cu_seqlens give more chunks than total_tokens and batch_size allow");
       return PB_ERR_INVALID;
@@ -474,7 +483,7 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
       e = cudaMemcpyAsync(ws<int32_t>(base, cl.chunk_first), c.chunk_first.data(), c.chunk_first.size() * 4,
                           cudaMemcpyHostToDevice, st);
     const LayerShape shape = ssm_shape(a->shape);
-    if (e == cudaSuccess && !gdn_split(c, shape) && gdn_chunked(c, shape)) {
+    if (e == cudaSuccess && !gdn_bf16(c, shape) && !gdn_split(c, shape) && gdn_chunked(c, shape)) {
       std::vector<int32_t> chunks(c.order.size());  // in launch order
       for (size_t i = 0; i < c.order.size(); ++i) chunks[i] = c.chunk_first[c.order[i] + 1] - c.chunk_first[c.order[i]];
       std::vector<int32_t> key = chunks;
@@ -508,6 +517,7 @@ pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, si
   const LayerShape shape = ssm_shape(a->shape);
   const SsmLayout l = ssm_layout(c, a->shape, m.total_tokens, m.batch_size);
   const uint64_t w = a->workspace.data;
+  const bool lowp = gdn_bf16(c, shape);
   const bool split = gdn_split(c, shape);
   const bool chunked = !split && gdn_chunked(c, shape);
   GdnArgs args;
@@ -522,6 +532,7 @@ pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, si
   args.beta = reinterpret_cast<const float*>(a->beta.data);
   args.out = reinterpret_cast<bf16*>(a->out.data);
   const auto st = static_cast<cudaStream_t>(stream);
+  if (lowp) return from_cuda(launch_gdn_bf16(st, args, w + l.gdn), "gdn (bf16 split)", msg, msg_len);
   if (split) return from_cuda(launch_gdn_split(st, args, w + l.gdn), "gdn (split)", msg, msg_len);
   return from_cuda(chunked ? launch_gdn_chunked(st, args, w + l.gdn, c.walk_queue) : launch_gdn(st, args),
                    chunked ? "gdn (chunked)" : "gdn (token)", msg, msg_len);

@@ -1,0 +1,712 @@
+// gdn_bf16.cu: the gated delta rule in fla's arithmetic (GdnPrecision::bf16_chunk64:
+// reference/gdn_bf16_lp.cpp names every rounding point), split across the context as
+// gdn_split.cu is, on bf16 mma.sync (m16n8k16, fp32 accumulators, kernels/mma_bf16.cuh).
+// Per 64-token chunk c of a stream, G_i = sum_{j<=i} g_j inside it, S the fp32 state
+// entering it ([v_dim][k_dim]), b() = round to bf16:
+//   1. prep, per (chunk, v head): q, k L2-normalised and stored as b(q), b(k) (the
+//      group's first v head writes the k head's images); A_ij = beta_i e^{G_i-G_j}
+//      k_i.k_j (j < i); T = (I + A)^-1 by forward substitution in fp32, rounded b(T);
+//      U^T = b(b(beta v)^T b(T)^T) and W = b(b(T) b(beta e^G k));
+//   2. scan, per (stream, v head, 16 NW v rows), chunks in order, each warp holding 16
+//      rows of S in its accumulators: b(S) stored (the chunk's entering state),
+//      V^T = U^T - b(S) W^T (fp32), b(V)^T stored, S = e^{G_last} S + b(e^{G_last-G} V)^T K;
+//   3. out, per (chunk, v head, 64 v columns): o = e^G (Q b(S)^T) + M b(V) with
+//      M = b(e^{G_i-G_j} q.k) (j <= i), out = b(o / sqrt(k_dim)).
+// Every product's operands are bf16 and its sums fp32, so only the order of the fp32
+// sums differs from the lp (which the tolerance allows: docs/TOLERANCES.md). The scan's
+// chain stays in registers: S's accumulators, packed to bf16, are the A operand of
+// b(S) W^T, and V's accumulators, scaled and packed, the A operand of E^T K.
+// Invariants: grid sizes from total_tokens, batch_size and the shape only; the chunk
+// list is read back bounded by its capacity; a scan warp's arithmetic does not depend
+// on NW (the batch picks NW), so neither do a stream's bits.
+#include "kernels/gdn_bf16.h"
+
+#include <algorithm>
+
+#include "kernels/common.cuh"
+#include "kernels/gdn_params.cuh"
+#include "kernels/mma_bf16.cuh"
+
+namespace pb::kernels {
+
+namespace {
+
+constexpr int kC = kGdnBf16Chunk;  // 64 tokens a chunk
+constexpr int kCS = kC + 8;        // stride (bf16) of [..][64] tiles: 144 bytes, ldmatrix conflict-free
+constexpr int kAS = kC + 8;        // stride (fp32) of A^T, rows padded so the 4 lanes of a column hit 4 bank groups
+
+// Tuning knobs in one place.
+struct GdnBf16Traits {
+  static constexpr int kPrepThreads = 256;  // 8 warps
+  static constexpr int kOutThreads = 128;   // 4 warps: 16 token rows each
+  static constexpr int kOutCols = 64;       // v columns per out CTA
+};
+
+// kp: k_dim padded to the scan's templates; dvp: v_dim padded to 16 (one m-tile of v rows).
+__host__ __device__ inline int kp_of(int dk) { return dk <= 32 ? 32 : dk <= 64 ? 64 : 128; }
+__host__ __device__ inline int dvp_of(int dv) { return (dv + 15) & ~15; }
+
+struct Bf16Params {
+  GdnParams p;
+  GdnChunkListView list;
+  uint16_t *Q, *K, *W, *Ut, *Vt, *S;  // the layout's images (gdn_bf16.h)
+  float* G;
+  int kp, dvp;
+};
+
+// ---- fragments by ldmatrix (addresses in bf16 elements of a row-major tile at `base`,
+// stride `ld`): A [m][k] plain, A from [k][m] transposed, B pairs (two n-tiles) from
+// [n][k] plain or from [k][n] transposed.
+__device__ __forceinline__ void ld_a(uint32_t (&a)[4], uint32_t base, int ld, int m0, int k0) {
+  const int l = threadIdx.x & 31;
+  detail::ldmatrix_x4(base + 2 * ((m0 + (l & 15)) * ld + k0 + (l >> 4) * 8), a[0], a[1], a[2], a[3]);
+}
+__device__ __forceinline__ void ld_a_km(uint32_t (&a)[4], uint32_t base, int ld, int m0, int k0) {
+  const int l = threadIdx.x & 31;
+  detail::ldmatrix_x4_trans(base + 2 * ((k0 + (l & 7) + ((l >> 4) << 3)) * ld + m0 + ((l >> 3) & 1) * 8), a[0], a[1],
+                            a[2], a[3]);
+}
+// b[0], b[1]: n-tile n0 / 8; b[2], b[3]: n-tile n0 / 8 + 1
+__device__ __forceinline__ void ld_b_nk(uint32_t (&b)[4], uint32_t base, int ld, int n0, int k0) {
+  const int l = threadIdx.x & 31;
+  detail::ldmatrix_x4(base + 2 * ((n0 + (l & 7) + ((l >> 4) << 3)) * ld + k0 + ((l >> 3) & 1) * 8), b[0], b[1], b[2],
+                      b[3]);
+}
+__device__ __forceinline__ void ld_b_kn(uint32_t (&b)[4], uint32_t base, int ld, int n0, int k0) {
+  const int l = threadIdx.x & 31;
+  detail::ldmatrix_x4_trans(base + 2 * ((k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8), b[0], b[1],
+                            b[2], b[3]);
+}
+__device__ __forceinline__ void mma2(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  detail::mma_bf16(d0, a, b[0], b[1]);
+  detail::mma_bf16(d1, a, b[2], b[3]);
+}
+// The A fragment of k-step s from the accumulators of n-tiles 2s, 2s + 1, each value
+// times the column's scale (x0, x1: columns 2t, 2t + 1 of tile 2s; x2, x3: of tile 2s + 1).
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4], float x0 = 1.f,
+                                         float x1 = 1.f, float x2 = 1.f, float x3 = 1.f) {
+  a[0] = detail::pack2(c0[0] * x0, c0[1] * x1);
+  a[1] = detail::pack2(c0[2] * x0, c0[3] * x1);
+  a[2] = detail::pack2(c1[0] * x2, c1[1] * x3);
+  a[3] = detail::pack2(c1[2] * x2, c1[3] * x3);
+}
+__device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// ---- 1. prep: per (chunk, v head), 8 warps. Shared: K [64][kp + 8] b(k); A^T [64][kAS]
+// fp32 (A^T[j][i] = A_ij); T [64][kCS] b(T); R [64][dvp + kp + 8] = [b(beta v) | b(beta e^G k)];
+// G, beta [64].
+__host__ __device__ inline int prep_rs(int kp, int dvp) { return dvp + kp + 8; }
+inline size_t prep_smem(int kp, int dvp) {
+  return 2 * (size_t(kC) * (kp + 8) + size_t(kC) * kCS + size_t(kC) * prep_rs(kp, dvp)) + 4 * (size_t(kC) * kAS + 2 * kC);
+}
+
+template <int KP>
+__global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf16Params s) {
+  using namespace detail;
+  constexpr int KS = KP + 8, NT = GdnBf16Traits::kPrepThreads;
+  const GdnParams& p = s.p;
+  const int item = blockIdx.x, h = blockIdx.y;
+  if (item >= *s.list.count) return;
+  const GdnChunkItem it = s.list.items[item];
+  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.list.max_chunks) return;
+  const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
+  const int t0 = it.t0, n = min(kC, sr.end - t0);
+  if (t0 < sr.begin || n <= 0) return;
+  const int dk = p.k_dim, dv = p.v_dim, dvp = s.dvp, RS = prep_rs(KP, dvp);
+  const int group = p.num_v_heads / p.num_k_heads, kh = h / group;
+  extern __shared__ __align__(16) unsigned char smraw[];
+  float* A_t = reinterpret_cast<float*>(smraw);      // [64][kAS]
+  float* G_s = A_t + kC * kAS;                        // [64]
+  float* B_s = G_s + kC;                              // [64]
+  uint16_t* K_s = reinterpret_cast<uint16_t*>(B_s + kC);  // [64][KS]
+  uint16_t* T_s = K_s + kC * KS;                      // [64][kCS]
+  uint16_t* R_s = T_s + kC * kCS;                     // [64][RS]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  // The gates (warp 0; lane l: tokens 2l, 2l + 1; g = 0, beta = 0 past n), G's image.
+  if (warp == 0) {
+    const int i0 = 2 * lane, i1 = i0 + 1;
+    const size_t hv = static_cast<size_t>(p.num_v_heads);
+    const float g0 = i0 < n ? p.g[(t0 + i0) * hv + h] : 0.f, g1 = i1 < n ? p.g[(t0 + i1) * hv + h] : 0.f;
+    float x = g0 + g1;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, x, off);
+      if (lane >= off) x += y;
+    }
+    G_s[i1] = x;
+    G_s[i0] = x - g1;
+    B_s[i0] = i0 < n ? p.beta[(t0 + i0) * hv + h] : 0.f;
+    B_s[i1] = i1 < n ? p.beta[(t0 + i1) * hv + h] : 0.f;
+    float* Gi = s.G + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC;
+    Gi[i0] = x - g1;
+    Gi[i1] = x;
+  }
+  // q, k: 4 lanes a token, 16-byte pieces; inverse norms as qk_inv_norms (eps 1e-6 inside
+  // the sqrt); b(k) into K_s, and b(q), b(k) to the k head's images by the group's first
+  // v head. Zero past n and k_dim.
+  {
+    constexpr int PC = KP / 8, PL = PC / 4;  // pieces a row, a lane
+    const int tt = tid >> 2, sub = tid & 3;
+    uint4 qr[PL], kr[PL];
+    float ssq = 0.f, ssk = 0.f;
+    const uint16_t* row = p.conv_out + static_cast<size_t>(t0 + tt) * p.conv_dim;
+#pragma unroll
+    for (int e = 0; e < PL; ++e) {
+      const int c = 8 * (sub + 4 * e);
+      qr[e] = kr[e] = make_uint4(0, 0, 0, 0);
+      if (tt < n && c < dk) {
+        qr[e] = *reinterpret_cast<const uint4*>(row + static_cast<size_t>(kh) * dk + c);
+        kr[e] = *reinterpret_cast<const uint4*>(row + static_cast<size_t>(p.num_k_heads + kh) * dk + c);
+      }
+      float qf[8], kf[8];
+      unpack8(qr[e], qf);
+      unpack8(kr[e], kf);
+#pragma unroll
+      for (int x = 0; x < 8; ++x) {
+        ssq = fmaf(qf[x], qf[x], ssq);
+        ssk = fmaf(kf[x], kf[x], ssk);
+      }
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
+      ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+    }
+    const float iq = 1.f / sqrtf(ssq + 1e-6f), ik = 1.f / sqrtf(ssk + 1e-6f);
+    const bool store_qk = h % group == 0;
+    const size_t img = ((static_cast<size_t>(it.chunk) * p.num_k_heads + kh) * kC + tt) * KP;
+#pragma unroll
+    for (int e = 0; e < PL; ++e) {
+      const int c = 8 * (sub + 4 * e);
+      float qf[8], kf[8];
+      unpack8(qr[e], qf);
+      unpack8(kr[e], kf);
+      const uint4 kb = make_uint4(pack2(kf[0] * ik, kf[1] * ik), pack2(kf[2] * ik, kf[3] * ik), pack2(kf[4] * ik, kf[5] * ik),
+                                  pack2(kf[6] * ik, kf[7] * ik));
+      *reinterpret_cast<uint4*>(K_s + tt * KS + c) = kb;
+      if (store_qk) {
+        *reinterpret_cast<uint4*>(s.K + img + c) = kb;
+        *reinterpret_cast<uint4*>(s.Q + img + c) =
+            make_uint4(pack2(qf[0] * iq, qf[1] * iq), pack2(qf[2] * iq, qf[3] * iq), pack2(qf[4] * iq, qf[5] * iq),
+                       pack2(qf[6] * iq, qf[7] * iq));
+      }
+    }
+  }
+  __syncthreads();
+
+  // A^T: warp w the 16 x 32 block (rows 16 (w / 2), columns 32 (w % 2)) of K K^T, beta_i
+  // e^{G_i-G_j} scaled below the diagonal (only entries j < i are read).
+  {
+    const int mt = warp >> 1, nh = warp & 1;
+    if (32 * nh <= 16 * mt + 15) {  // warp-uniform: the block reaches below the diagonal
+      float acc[4][4] = {};
+      const uint32_t kb = smem_u32(K_s);
+#pragma unroll
+      for (int ks = 0; ks < KP / 16; ++ks) {
+        uint32_t a[4], b[4];
+        ld_a(a, kb, KS, 16 * mt, 16 * ks);
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          ld_b_nk(b, kb, KS, 32 * nh + 16 * np, 16 * ks);
+          mma2(acc[2 * np], acc[2 * np + 1], a, b);
+        }
+      }
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 16 * mt + g + 8 * (e >> 1), j = 32 * nh + 8 * nt + 2 * t + (e & 1);
+          if (j < i) A_t[j * kAS + i + 4 * (i >> 5)] = B_s[i] * expf(G_s[i] - G_s[j]) * acc[nt][e];
+        }
+    }
+  }
+  __syncthreads();
+
+  if (warp < 2) {
+    // T = (I + A)^-1, a column a lane (lane c = 32 warp + lane) with the 64 rows in
+    // registers: x_r -= A_rj x_j for j ascending (the lp's order), A's column j read as
+    // broadcast float4s; steps j < 32 skipped by warp 1 (x_j = 0 there).
+    const int c = 32 * warp + lane;
+    float x[kC];
+#pragma unroll
+    for (int r = 0; r < kC; ++r) x[r] = r == c ? 1.f : 0.f;
+#pragma unroll
+    for (int j = 0; j < kC - 1; ++j) {
+      if (warp == 1 && j < 32) continue;  // warp-uniform
+      const float xj = x[j];
+      const float* col = A_t + j * kAS;
+#pragma unroll
+      for (int r4 = (j + 1) / 4; r4 < kC / 4; ++r4) {
+        const float4 a = *reinterpret_cast<const float4*>(col + 4 * r4 + 4 * (r4 >> 3));
+        const float av[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (4 * r4 + e > j) x[4 * r4 + e] = fmaf(-av[e], xj, x[4 * r4 + e]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kC; ++r) T_s[r * kCS + c] = float_to_bf16(x[r]);
+  } else {
+    // R = [b(beta v) | b(beta e^G b(k))] (zero past n, v_dim, k_dim), 8 columns a piece,
+    // by warps 2-7 while warps 0 and 1 substitute.
+    const int VP = dvp / 8, PC = VP + KP / 8;
+    for (int e = tid - 64; e < kC * PC; e += NT - 64) {
+      const int i = e / PC, pc = e % PC;
+      float b[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (pc < VP) {
+        const int c = 8 * pc;
+        if (i < n && c < dv) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(p.conv_out + static_cast<size_t>(t0 + i) * p.conv_dim +
+                                                             static_cast<size_t>(2 * p.num_k_heads) * dk +
+                                                             static_cast<size_t>(h) * dv + c);
+          unpack8(raw, b);
+#pragma unroll
+          for (int x = 0; x < 8; ++x) b[x] *= B_s[i];
+        }
+      } else {
+        const int c = 8 * (pc - VP);
+        const float sc = B_s[i] * expf(G_s[i]);  // beta = 0 past n
+        unpack8(*reinterpret_cast<const uint4*>(K_s + i * (KP + 8) + c), b);
+#pragma unroll
+        for (int x = 0; x < 8; ++x) b[x] *= sc;
+      }
+      *reinterpret_cast<uint4*>(R_s + i * RS + 8 * pc) =
+          make_uint4(pack2(b[0], b[1]), pack2(b[2], b[3]), pack2(b[4], b[5]), pack2(b[6], b[7]));
+    }
+  }
+  __syncthreads();
+
+  const int g = lane >> 2, t = lane & 3;
+  const uint32_t tb = smem_u32(T_s), rb = smem_u32(R_s);
+  // U^T = R_v^T T^T: m = v rows (dvp / 16 tiles, one a warp in turn), n = the 64 tokens i,
+  // k = tokens j (T^T[j][i] = 0 for j > i: k-step ks skipped for token pairs np < ks).
+  const size_t ut = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * dvp * kC;
+  for (int mt = warp; mt < dvp / 16; mt += NT / 32) {
+    float acc[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      uint32_t a[4];
+      ld_a_km(a, rb, RS, 16 * mt, 16 * ks);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (np < ks) continue;
+        uint32_t b[4];
+        ld_b_nk(b, tb, kCS, 16 * np, 16 * ks);
+        mma2(acc[2 * np], acc[2 * np + 1], a, b);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        *reinterpret_cast<uint32_t*>(s.Ut + ut + (16 * mt + g + 8 * hr) * kC + 8 * nt + 2 * t) =
+            pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+  }
+  // W = T R_k: warp w the token tile w % 4 and half w / 4 of k_dim's n-tiles (k-steps
+  // ks <= the token tile: T is zero above the diagonal).
+  {
+    constexpr int HN = KP / 16;  // n-tiles a half
+    const int mt = warp & 3, n0 = (warp >> 2) * 8 * HN;
+    float acc[HN][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (ks > mt) break;
+      uint32_t a[4];
+      ld_a(a, tb, kCS, 16 * mt, 16 * ks);
+#pragma unroll
+      for (int np = 0; np < HN / 2; ++np) {
+        uint32_t b[4];
+        ld_b_kn(b, rb + 2 * dvp, RS, n0 + 16 * np, 16 * ks);
+        mma2(acc[2 * np], acc[2 * np + 1], a, b);
+      }
+    }
+    const size_t w = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC * KP;
+#pragma unroll
+    for (int nt = 0; nt < HN; ++nt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        *reinterpret_cast<uint32_t*>(s.W + w + (16 * mt + g + 8 * hr) * KP + n0 + 8 * nt + 2 * t) =
+            pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+  }
+}
+
+// ---- 2. scan: per (stream, v head, block of 16 NW v rows), NW warps; the chunk's W, K
+// [64][KP + 8], U^T [16 NW][kCS] and G [64] copied a chunk ahead by cp.async into the
+// other of two buffers.
+template <int KP, int NW>
+struct ScanSmem {
+  static constexpr int KS = KP + 8;
+  static constexpr int W = 0;                        // bf16 offsets in a buffer
+  static constexpr int K = W + kC * KS;
+  static constexpr int U = K + kC * KS;
+  static constexpr int G = U + 16 * NW * kCS;        // 64 floats = 128 bf16
+  static constexpr int buf = G + 2 * kC;
+  static constexpr size_t bytes = 2 * sizeof(uint16_t) * buf;
+};
+
+template <int KP, int NW>
+__global__ void __launch_bounds__(32 * NW) gdn_bf16_scan(Bf16Params s) {
+  using namespace detail;
+  using L = ScanSmem<KP, NW>;
+  constexpr int KS = L::KS, NTH = 32 * NW, KT = KP / 8;
+  const GdnParams& p = s.p;
+  GdnCtaHead head;
+  if (!gdn_cta_head(p, head)) return;
+  const int h = head.h, kh = head.kh, dk = p.k_dim, dv = p.v_dim, dvp = s.dvp;
+  const int first = s.list.chunk_first[head.b];
+  const int nch = (head.sr.count() + kC - 1) / kC;
+  if (first < 0 || nch < 0 || first + nch > s.list.max_chunks) return;
+  extern __shared__ __align__(16) uint16_t sb[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int v0 = head.vb * 16 * NW;         // the CTA's first v row
+  const int vw = v0 + 16 * warp;            // the warp's first v row
+  const int urows = max(0, min(16 * NW, dvp - v0));  // U^T rows that exist (the rest stay zero)
+
+  // U^T rows past dvp: zero in both buffers, once.
+  for (int e = tid; e < 2 * 16 * NW * (kC / 8); e += NTH) {
+    const int bu = e / (16 * NW * (kC / 8)), r = (e / (kC / 8)) % (16 * NW), c = 8 * (e % (kC / 8));
+    if (r >= urows) *reinterpret_cast<uint4*>(sb + bu * L::buf + L::U + r * kCS + c) = make_uint4(0, 0, 0, 0);
+  }
+  auto fetch = [&](int c, int bu) {
+    const size_t ci = static_cast<size_t>(first + c);
+    uint16_t* B = sb + bu * L::buf;
+    const uint16_t* W = s.W + (ci * p.num_v_heads + h) * kC * KP;
+    const uint16_t* K = s.K + (ci * p.num_k_heads + kh) * kC * KP;
+    for (int e = tid; e < kC * (KP / 8); e += NTH) {
+      const int r = e / (KP / 8), x = 8 * (e % (KP / 8));
+      cp_async16(smem_u32(B + L::W + r * KS + x), W + r * KP + x);
+      cp_async16(smem_u32(B + L::K + r * KS + x), K + r * KP + x);
+    }
+    const uint16_t* U = s.Ut + ((ci * p.num_v_heads + h) * dvp + v0) * kC;
+    for (int e = tid; e < urows * (kC / 8); e += NTH) {
+      const int r = e / (kC / 8), x = 8 * (e % (kC / 8));
+      cp_async16(smem_u32(B + L::U + r * kCS + x), U + r * kC + x);
+    }
+    const float* G = s.G + (ci * p.num_v_heads + h) * kC;
+    for (int e = tid; e < kC / 4; e += NTH) cp_async16(smem_u32(B + L::G + 8 * e), G + 4 * e);
+  };
+
+  // The warp's 16 rows of S: n-tile nt holds columns 8 nt + 2t, + 1 of rows vw + g, + 8.
+  float S[KT][4];
+  float* S_g = head.S_g;
+#pragma unroll
+  for (int nt = 0; nt < KT; ++nt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int v = vw + g + 8 * hr, c = 8 * nt + 2 * t;
+      float2 x = make_float2(0.f, 0.f);
+      if (v < dv && c < dk) x = *reinterpret_cast<const float2*>(S_g + static_cast<size_t>(v) * dk + c);
+      S[nt][2 * hr] = x.x;
+      S[nt][2 * hr + 1] = x.y;
+    }
+
+  if (nch > 0) fetch(0, 0);
+  cp_async_commit();
+  for (int c = 0; c < nch; ++c) {
+    if (c + 1 < nch) fetch(c + 1, (c + 1) & 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const uint16_t* B = sb + (c & 1) * L::buf;
+    const size_t ci = static_cast<size_t>(first + c);
+    const size_t vh = (ci * p.num_v_heads + h) * dvp;  // row base of this (chunk, v head)'s [dvp][..] images
+
+    // b(S), the chunk's entering state: the A operand of b(S) W^T, and stored.
+    uint32_t sa[KP / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < KP / 16; ++ks) acc_to_a(sa[ks], S[2 * ks], S[2 * ks + 1]);
+    if (vw < dvp) {
+      uint16_t* Sn = s.S + (vh + vw) * KP;
+#pragma unroll
+      for (int ks = 0; ks < KP / 16; ++ks) {
+        *reinterpret_cast<uint32_t*>(Sn + g * KP + 16 * ks + 2 * t) = sa[ks][0];
+        *reinterpret_cast<uint32_t*>(Sn + (g + 8) * KP + 16 * ks + 2 * t) = sa[ks][1];
+        *reinterpret_cast<uint32_t*>(Sn + g * KP + 16 * ks + 8 + 2 * t) = sa[ks][2];
+        *reinterpret_cast<uint32_t*>(Sn + (g + 8) * KP + 16 * ks + 8 + 2 * t) = sa[ks][3];
+      }
+    }
+    // V^T = U^T - b(S) W^T: m = the warp's 16 v rows, n = 64 tokens, k = k_dim.
+    float V[8][4] = {};
+    const uint32_t wb = smem_u32(B + L::W), kb = smem_u32(B + L::K);
+#pragma unroll
+    for (int ks = 0; ks < KP / 16; ++ks)
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        ld_b_nk(b, wb, KS, 16 * np, 16 * ks);
+        mma2(V[2 * np], V[2 * np + 1], sa[ks], b);
+      }
+    const uint16_t* U_s = B + L::U + (16 * warp) * kCS;
+    const float* G_s = reinterpret_cast<const float*>(B + L::G);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const uint32_t u = *reinterpret_cast<const uint32_t*>(U_s + (g + 8 * hr) * kCS + 8 * nt + 2 * t);
+        V[nt][2 * hr] = bf_lo(u) - V[nt][2 * hr];
+        V[nt][2 * hr + 1] = bf_hi(u) - V[nt][2 * hr + 1];
+      }
+    // b(V)^T for the out pass.
+    if (vw < dvp) {
+      uint16_t* Vt = s.Vt + (vh + vw) * kC;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          *reinterpret_cast<uint32_t*>(Vt + (g + 8 * hr) * kC + 8 * nt + 2 * t) = pack2(V[nt][2 * hr], V[nt][2 * hr + 1]);
+    }
+    // S = e^{G_last} S + E^T K, E^T = b(e^{G_last - G_j} V^T) from V's accumulators.
+    const float G_last = G_s[kC - 1], gl = expf(G_last);
+#pragma unroll
+    for (int nt = 0; nt < KT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) S[nt][e] *= gl;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      const int j = 16 * ks + 2 * t;
+      uint32_t ea[4];
+      acc_to_a(ea, V[2 * ks], V[2 * ks + 1], expf(G_last - G_s[j]), expf(G_last - G_s[j + 1]),
+               expf(G_last - G_s[j + 8]), expf(G_last - G_s[j + 9]));
+#pragma unroll
+      for (int np = 0; np < KP / 16; ++np) {
+        uint32_t b[4];
+        ld_b_kn(b, kb, KS, 16 * np, 16 * ks);
+        mma2(S[2 * np], S[2 * np + 1], ea, b);
+      }
+    }
+    __syncthreads();  // every read of this buffer done before the next fetch overwrites it
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int nt = 0; nt < KT; ++nt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int v = vw + g + 8 * hr, c = 8 * nt + 2 * t;
+      if (v < dv && c < dk)
+        *reinterpret_cast<float2*>(S_g + static_cast<size_t>(v) * dk + c) = make_float2(S[nt][2 * hr], S[nt][2 * hr + 1]);
+    }
+}
+
+// ---- 3. out: per (chunk, v head, block of 64 v columns), 4 warps of 16 token rows.
+// Shared: Q, K [64][KP + 8], b(V)^T [64 v][kCS], b(S) [64 v][KP + 8], G [64].
+inline size_t out_smem(int kp) {
+  return 2 * (size_t(3) * kC * (kp + 8) + size_t(GdnBf16Traits::kOutCols) * kCS) + 4 * kC;
+}
+
+template <int KP>
+__global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16Params s) {
+  using namespace detail;
+  constexpr int KS = KP + 8, OC = GdnBf16Traits::kOutCols, NTH = GdnBf16Traits::kOutThreads;
+  const GdnParams& p = s.p;
+  const int item = blockIdx.x, vblocks = (s.dvp + OC - 1) / OC, h = blockIdx.y / vblocks, vbk = blockIdx.y % vblocks;
+  if (item >= *s.list.count) return;
+  const GdnChunkItem it = s.list.items[item];
+  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.list.max_chunks) return;
+  const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
+  const int t0 = it.t0, n = min(kC, sr.end - t0);
+  if (t0 < sr.begin || n <= 0) return;
+  const int dv = p.v_dim, dvp = s.dvp, kh = h / (p.num_v_heads / p.num_k_heads);
+  const int c0 = vbk * OC, vn = min(OC, dvp - c0);  // v columns of this CTA (a multiple of 16)
+  extern __shared__ __align__(16) uint16_t so[];
+  uint16_t* Q_s = so;
+  uint16_t* K_s = Q_s + kC * KS;
+  uint16_t* S_s = K_s + kC * KS;   // [OC][KS]
+  uint16_t* V_s = S_s + OC * KS;   // [OC][kCS]
+  float* G_s = reinterpret_cast<float*>(V_s + OC * kCS);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const size_t ci = static_cast<size_t>(it.chunk);
+  {
+    const uint16_t* Q = s.Q + (ci * p.num_k_heads + kh) * kC * KP;
+    const uint16_t* K = s.K + (ci * p.num_k_heads + kh) * kC * KP;
+    const uint16_t* Sn = s.S + ((ci * p.num_v_heads + h) * dvp + c0) * KP;
+    const uint16_t* Vt = s.Vt + ((ci * p.num_v_heads + h) * dvp + c0) * kC;
+    for (int e = tid; e < kC * (KP / 8); e += NTH) {
+      const int r = e / (KP / 8), x = 8 * (e % (KP / 8));
+      cp_async16(smem_u32(Q_s + r * KS + x), Q + r * KP + x);
+      cp_async16(smem_u32(K_s + r * KS + x), K + r * KP + x);
+    }
+    for (int e = tid; e < vn * (KP / 8); e += NTH) {
+      const int r = e / (KP / 8), x = 8 * (e % (KP / 8));
+      cp_async16(smem_u32(S_s + r * KS + x), Sn + r * KP + x);
+    }
+    for (int e = tid; e < vn * (kC / 8); e += NTH) {
+      const int r = e / (kC / 8), x = 8 * (e % (kC / 8));
+      cp_async16(smem_u32(V_s + r * kCS + x), Vt + r * kC + x);
+    }
+    const float* G = s.G + (ci * p.num_v_heads + h) * kC;
+    for (int e = tid; e < kC / 4; e += NTH) cp_async16(smem_u32(G_s + 4 * e), G + 4 * e);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+  }
+  const uint32_t qb = smem_u32(Q_s), kb = smem_u32(K_s), sbase = smem_u32(S_s), vb = smem_u32(V_s);
+  // The warp's q rows as A fragments, for Q K^T and Q b(S)^T.
+  uint32_t qa[KP / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < KP / 16; ++ks) ld_a(qa[ks], qb, KS, 16 * warp, 16 * ks);
+  // M = b(e^{G_i-G_j} q.k) for j <= i (token tiles np <= warp), as A fragments.
+  uint32_t ma[4][4];
+  {
+    float m[8][4] = {};
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      if (np > warp) break;  // warp-uniform: above the diagonal
+#pragma unroll
+      for (int ks = 0; ks < KP / 16; ++ks) {
+        uint32_t b[4];
+        ld_b_nk(b, kb, KS, 16 * np, 16 * ks);
+        mma2(m[2 * np], m[2 * np + 1], qa[ks], b);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 16 * warp + g + 8 * (e >> 1), j = 8 * nt + 2 * t + (e & 1);
+        m[nt][e] = j <= i ? m[nt][e] * expf(G_s[i] - G_s[j]) : 0.f;
+      }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) acc_to_a(ma[ks], m[2 * ks], m[2 * ks + 1]);
+  }
+  const int i0 = 16 * warp + g;
+  const float e0 = expf(G_s[i0]), e1 = expf(G_s[i0 + 8]);
+  // o = e^{G_i} (q_i b(S)^T) + M b(V), over the CTA's v columns in 16-column pairs.
+#pragma unroll
+  for (int np = 0; np < OC / 16; ++np) {
+    if (16 * np >= vn) break;  // CTA-uniform
+    float o[2][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < KP / 16; ++ks) {
+      uint32_t b[4];
+      ld_b_nk(b, sbase, KS, 16 * np, 16 * ks);
+      mma2(o[0], o[1], qa[ks], b);
+    }
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      o[x][0] *= e0;
+      o[x][1] *= e0;
+      o[x][2] *= e1;
+      o[x][3] *= e1;
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (ks > warp) break;  // warp-uniform: M is zero there
+      uint32_t b[4];
+      ld_b_nk(b, vb, kCS, 16 * np, 16 * ks);
+      mma2(o[0], o[1], ma[ks], b);
+    }
+#pragma unroll
+    for (int x = 0; x < 2; ++x)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = i0 + 8 * hr, v = c0 + 16 * np + 8 * x + 2 * t;
+        if (i < n && v < dv)
+          *reinterpret_cast<uint32_t*>(p.out + (static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + v) =
+              pack2(o[x][2 * hr] * p.inv_sqrt_dk, o[x][2 * hr + 1] * p.inv_sqrt_dk);
+      }
+  }
+}
+
+// The scan's warps a CTA: the widest block (fewest loads of W and K a chunk) that still
+// gives every SM a CTA; one warp when even that does not.
+int scan_warps(long long heads, int dvp) {
+  const long long sms = detail::sm_count();
+  for (const int nw : {4, 2})
+    if (heads * ((dvp + 16 * nw - 1) / (16 * nw)) >= sms) return nw;
+  return 1;
+}
+
+template <int KP, int NW>
+cudaError_t launch_scan(cudaStream_t stream, unsigned grid, const Bf16Params& s) {
+  using L = ScanSmem<KP, NW>;
+  static bool configured = false;
+  if (!configured) {
+    const cudaError_t e = detail::allow_smem(gdn_bf16_scan<KP, NW>, L::bytes);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  gdn_bf16_scan<KP, NW><<<grid, 32 * NW, L::bytes, stream>>>(s);
+  return cudaGetLastError();
+}
+
+template <int KP>
+cudaError_t launch_kp(cudaStream_t stream, const Bf16Params& s, unsigned chunks, int heads_v, int nw, unsigned scan_grid) {
+  static bool configured = false;
+  if (!configured) {
+    cudaError_t e = detail::allow_smem(gdn_bf16_prep<KP>, prep_smem(KP, 256));
+    if (e == cudaSuccess) e = detail::allow_smem(gdn_bf16_out<KP>, out_smem(KP));
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  gdn_bf16_prep<KP><<<dim3(chunks, heads_v), GdnBf16Traits::kPrepThreads, prep_smem(KP, s.dvp), stream>>>(s);
+  cudaError_t e = nw == 4 ? launch_scan<KP, 4>(stream, scan_grid, s)
+                  : nw == 2 ? launch_scan<KP, 2>(stream, scan_grid, s)
+                            : launch_scan<KP, 1>(stream, scan_grid, s);
+  if (e != cudaSuccess) return e;
+  const int vblocks = (s.dvp + GdnBf16Traits::kOutCols - 1) / GdnBf16Traits::kOutCols;
+  gdn_bf16_out<KP><<<dim3(chunks, heads_v * vblocks), GdnBf16Traits::kOutThreads, out_smem(KP), stream>>>(s);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+GdnBf16Layout gdn_bf16_layout(const LayerShape& shape, uint32_t total_tokens, uint32_t batch_size) {
+  GdnBf16Layout l;
+  l.kp = kp_of(shape.k_dim);
+  l.dvp = dvp_of(shape.v_dim);
+  l.list = gdn_chunk_list_layout(total_tokens, batch_size, kC);
+  const uint64_t C = l.list.max_chunks, Hk = shape.num_k_heads, Hv = shape.num_v_heads, kp = l.kp, dvp = l.dvp;
+  l.Q = l.list.bytes;
+  l.K = l.Q + gdn_round256(C * Hk * kC * kp * 2);
+  l.W = l.K + gdn_round256(C * Hk * kC * kp * 2);
+  l.Ut = l.W + gdn_round256(C * Hv * kC * kp * 2);
+  l.Vt = l.Ut + gdn_round256(C * Hv * dvp * kC * 2);
+  l.S = l.Vt + gdn_round256(C * Hv * dvp * kC * 2);
+  l.G = l.S + gdn_round256(C * Hv * dvp * kp * 2);
+  l.bytes = l.G + gdn_round256(C * Hv * kC * 4);
+  return l;
+}
+
+bool gdn_bf16_supports(const LayerShape& shape) {
+  return shape.num_k_heads > 0 && shape.num_v_heads > 0 && shape.num_v_heads % shape.num_k_heads == 0 &&
+         shape.num_v_heads <= 65535 && shape.k_dim > 0 && shape.k_dim % 8 == 0 && shape.k_dim <= 128 &&
+         shape.v_dim > 0 && shape.v_dim % 8 == 0 && shape.v_dim <= 256;
+}
+
+cudaError_t launch_gdn_bf16(cudaStream_t stream, const GdnArgs& args, uint64_t scratch) {
+  const LayerShape& shape = args.shape;
+  if (!gdn_bf16_supports(shape)) return cudaErrorInvalidValue;
+  if (args.batch_size == 0) return cudaSuccess;
+  const GdnBf16Layout l = gdn_bf16_layout(shape, args.total_tokens, args.batch_size);
+  if (l.list.max_chunks == 0) return cudaSuccess;
+  Bf16Params s;
+  s.p = gdn_params(args);
+  s.list = gdn_chunk_list_view(scratch, l.list);
+  auto at = [&](uint64_t off) { return reinterpret_cast<uint16_t*>(scratch + off); };
+  s.Q = at(l.Q);
+  s.K = at(l.K);
+  s.W = at(l.W);
+  s.Ut = at(l.Ut);
+  s.Vt = at(l.Vt);
+  s.S = at(l.S);
+  s.G = reinterpret_cast<float*>(scratch + l.G);
+  s.kp = l.kp;
+  s.dvp = l.dvp;
+  const long long heads = static_cast<long long>(args.batch_size) * shape.num_v_heads;
+  const int nw = scan_warps(heads, l.dvp);
+  s.p.blocks = (l.dvp + 16 * nw - 1) / (16 * nw);
+  const long long scan_ctas = heads * s.p.blocks;
+  const int vblocks = (l.dvp + GdnBf16Traits::kOutCols - 1) / GdnBf16Traits::kOutCols;
+  if (scan_ctas > 0x7fffffffLL || l.list.max_chunks > 0x7fffffffu || shape.num_v_heads * vblocks > 65535)
+    return cudaErrorInvalidValue;
+  const unsigned chunks = l.list.max_chunks, grid = static_cast<unsigned>(scan_ctas);
+  if (l.kp == 32) return launch_kp<32>(stream, s, chunks, shape.num_v_heads, nw, grid);
+  if (l.kp == 64) return launch_kp<64>(stream, s, chunks, shape.num_v_heads, nw, grid);
+  return launch_kp<128>(stream, s, chunks, shape.num_v_heads, nw, grid);
+}
+
+}  // namespace pb::kernels
