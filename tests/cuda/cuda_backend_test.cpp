@@ -242,6 +242,9 @@ int main(int argc, char** argv) {
       for (const pb::Scenario& s : scenarios)  // the context-parallel variant and its own lp
         if (s.name == "decode-heavy" || s.name == "continuation-chunks")
           expect_gdn_precision_named(s, "gdn=split", pb::gdn_precision_name(pb::GdnPrecision::tf32_split));
+      for (const pb::Scenario& s : scenarios)  // the bf16 split (fla's arithmetic) and its lp
+        if (s.name == "decode-heavy" || s.name == "continuation-chunks" || s.name == "long-and-short")
+          expect_gdn_precision_named(s, "gdn=bf16", pb::gdn_precision_name(pb::GdnPrecision::bf16_chunk64));
       expect_fault(scenarios, pb::Fault::causal_off_by_one);
       expect_fault(scenarios, pb::Fault::conv_state_bleed);
     }
