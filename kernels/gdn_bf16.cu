@@ -107,12 +107,10 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
   constexpr int KS = KP + 8, NT = GdnBf16Traits::kPrepThreads;
   const GdnParams& p = s.p;
   const int item = blockIdx.x, h = blockIdx.y;
-  if (item >= *s.list.count) return;
-  const GdnChunkItem it = s.list.items[item];
-  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.list.max_chunks) return;
-  const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
-  const int t0 = it.t0, n = min(kC, sr.end - t0);
-  if (t0 < sr.begin || n <= 0) return;
+  GdnChunkCta cc;
+  if (!gdn_chunk_cta(p, s.list, kC, cc, item)) return;
+  const GdnChunkItem it = cc.it;
+  const int t0 = it.t0, n = cc.n;
   const int dk = p.k_dim, dv = p.v_dim, dvp = s.dvp, RS = prep_rs(KP, dvp);
   const int group = p.num_v_heads / p.num_k_heads, kh = h / group;
   extern __shared__ __align__(16) unsigned char smraw[];
@@ -503,12 +501,10 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
   constexpr int KS = KP + 8, OC = GdnBf16Traits::kOutCols, NTH = GdnBf16Traits::kOutThreads;
   const GdnParams& p = s.p;
   const int item = blockIdx.x, vblocks = (s.dvp + OC - 1) / OC, h = blockIdx.y / vblocks, vbk = blockIdx.y % vblocks;
-  if (item >= *s.list.count) return;
-  const GdnChunkItem it = s.list.items[item];
-  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.list.max_chunks) return;
-  const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
-  const int t0 = it.t0, n = min(kC, sr.end - t0);
-  if (t0 < sr.begin || n <= 0) return;
+  GdnChunkCta cc;
+  if (!gdn_chunk_cta(p, s.list, kC, cc, item)) return;
+  const GdnChunkItem it = cc.it;
+  const int t0 = it.t0, n = cc.n;
   const int dv = p.v_dim, dvp = s.dvp, kh = h / (p.num_v_heads / p.num_k_heads);
   const int c0 = vbk * OC, vn = min(OC, dvp - c0);  // v columns of this CTA (a multiple of 16)
   extern __shared__ __align__(16) uint16_t so[];

@@ -85,12 +85,11 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
   const int item = blockIdx.x, kh = blockIdx.y;
   if (s.queue && item == 0 && kh == 0 && threadIdx.x < kQueueInts)  // read after the walk's pdl_wait
     s.queue[threadIdx.x] = 0;
-  if (item >= *s.list.count || item >= s.list.max_chunks) return;
-  const GdnChunkItem it = s.list.items[item];
-  if (it.stream < 0 || it.stream >= p.batch_size || it.chunk < 0 || it.chunk >= s.list.max_chunks) return;
-  const StreamRows sr = stream_rows(p.cu_seqlens, it.stream, p.total_tokens);
-  const int t0 = it.t0, n = min(kC, sr.end - t0);
-  if (t0 < sr.begin || n <= 0) return;
+  GdnChunkCta cc;
+  if (!gdn_chunk_cta(p, s.list, kC, cc, item)) return;
+  const GdnChunkItem it = cc.it;
+  const StreamRows sr = cc.sr;
+  const int t0 = it.t0, n = cc.n;
   extern __shared__ __align__(16) float sm[];
   float *K_s = sm + L::K, *Q_s = sm + L::Q, *A_s = sm + L::A, *G_s = sm + L::G, *B_s = sm + L::B;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, fg = lane >> 2, ft = lane & 3;

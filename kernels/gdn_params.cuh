@@ -1,7 +1,8 @@
 // gdn_params.cuh: the device-side parameters of the gated-delta-rule kernels
-// (the token kernel, gdn.cu, the chunked walks, gdn_chunked.cu, and the split's
-// scan, gdn_split.cu), filled in one place from a launch's GdnArgs, and the one
-// decode of a state-walking CTA's blockIdx that all three share. `blocks` (CTAs
+// (the token kernel, gdn.cu, the chunked walks, gdn_chunked.cu, and the splits,
+// gdn_split.cu and gdn_bf16.cu), filled in one place from a launch's GdnArgs, the one
+// decode of a state-walking CTA's blockIdx that they share, and the one decode of a
+// per-chunk CTA's work item. `blocks` (CTAs
 // per (stream, v head)) is each kernel's own split of v_dim, set by its launcher.
 // Invariant: the stream index comes through `order` and is bounded by batch_size
 // before anything of the stream is read.
@@ -10,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/gdn_chunk_list.h"
 #include "kernels/kernels.h"
 
 namespace pb::kernels {
@@ -72,6 +74,25 @@ __device__ __forceinline__ bool gdn_cta_head(const GdnParams& p, GdnCtaHead& c, 
   c.sr = detail::stream_rows(p.cu_seqlens, c.b, p.total_tokens);
   c.S_g = reinterpret_cast<float*>(p.h_state_ptrs[c.b]) + static_cast<size_t>(c.h) * p.v_dim * p.k_dim;
   return true;
+}
+
+// What one per-chunk CTA (a prep or out pass over the chunk list) owns: its list entry,
+// the stream's rows, and the chunk's token count n (<= chunk). The entry is read back
+// bounded: false when the CTA is past the list's count or capacity, or its entry names
+// no chunk of the batch (nothing to do).
+struct GdnChunkCta {
+  GdnChunkItem it;
+  detail::StreamRows sr;
+  int n;
+};
+__device__ __forceinline__ bool gdn_chunk_cta(const GdnParams& p, const GdnChunkListView& list, int chunk,
+                                              GdnChunkCta& c, int item = blockIdx.x) {
+  if (item >= *list.count || item >= list.max_chunks) return false;
+  c.it = list.items[item];
+  if (c.it.stream < 0 || c.it.stream >= p.batch_size || c.it.chunk < 0 || c.it.chunk >= list.max_chunks) return false;
+  c.sr = detail::stream_rows(p.cu_seqlens, c.it.stream, p.total_tokens);
+  c.n = min(chunk, c.sr.end - c.it.t0);
+  return c.it.t0 >= c.sr.begin && c.n > 0;
 }
 
 }  // namespace pb::kernels
