@@ -21,7 +21,9 @@
 # Knobs: PB_BUNDLE, PB_BENCH_PASS1/2 or PB_BENCH_FILTER (google benchmark regexes),
 # PB_PEER, PB_FLEX (the batches FlexAttention runs on, a regex; "" none), PB_HARNESS_KERNELS (default "mma fp32"), PB_SKIP (words: ours peer harness gdn fla),
 # PB_REST_MS, PB_WARMUP, PB_SAMPLES, PB_L2 (the timing protocol: 250, 3, 20, cold),
-# FLA_PARENT, PB_FLA_SHAPES (a subset of peer_fla.py's shape names), PB_FLA_TIMEOUT (default 480 s:
+# PB_GDN_IMPLS (the gdn variants whose table step 6 prints beside fla, words: default "auto";
+# "auto bf16" adds the bf16 split), FLA_PARENT, PB_FLA_SHAPES (a subset of peer_fla.py's shape
+# names), PB_FLA_TIMEOUT (default 480 s:
 # fla autotunes every shape on its first calls, 30-60 s a shape on the H200).
 set -uo pipefail
 B="${PB_BUNDLE:-$PWD/bundle}"
@@ -121,14 +123,17 @@ fi
 if [[ "$skip" != *" fla "* ]]; then
   echo "== gdn peer: ours (prefill-bench) vs fla (scripts/peer_fla.py) [$(elapsed)]"
   fla_parent="${FLA_PARENT:-$root/.fla}"
-  mkdir -p "$work/gdn-scenarios" "$work/gdn-ours"
+  mkdir -p "$work/gdn-scenarios"
   python3 "$root/scripts/peer_fla.py" scenarios "$work/gdn-scenarios"
-  for f in "$work"/gdn-scenarios/*.yaml; do
-    n="$(basename "$f" .yaml)"
-    [ -n "${PB_FLA_SHAPES:-}" ] && [[ " $PB_FLA_SHAPES " != *" $n "* ]] && continue
-    timeout 200 "$B/prefill-bench" run "$f" --backend cuda --no-color --json "$work/gdn-ours/$n.json" \
-      > "$work/gdn-ours/$n.txt" 2>&1
-    echo "ours $n: exit $? [$(elapsed)]"
+  for impl in ${PB_GDN_IMPLS:-auto}; do
+    mkdir -p "$work/gdn-ours-$impl"
+    for f in "$work"/gdn-scenarios/*.yaml; do
+      n="$(basename "$f" .yaml)"
+      [ -n "${PB_FLA_SHAPES:-}" ] && [[ " $PB_FLA_SHAPES " != *" $n "* ]] && continue
+      timeout 200 "$B/prefill-bench" run "$f" --backend cuda --impl "gdn=$impl" --no-color \
+        --json "$work/gdn-ours-$impl/$n.json" > "$work/gdn-ours-$impl/$n.txt" 2>&1
+      echo "ours $n --impl gdn=$impl: exit $? [$(elapsed)]"
+    done
   done
   if [ -d "$fla_parent/fla" ]; then
     FLA_PARENT="$fla_parent" PYTHONUNBUFFERED=1 timeout "${PB_FLA_TIMEOUT:-480}" python3 "$root/scripts/peer_fla.py" time \
@@ -137,7 +142,11 @@ if [[ "$skip" != *" fla "* ]]; then
   else
     echo "device-bench: no $fla_parent/fla (unpack fla-0.5.2-ops.tar.gz there, carry it): fla column empty"
   fi
-  python3 "$root/scripts/peer_fla.py" table --ours "$work/gdn-ours" --fla "$out/fla.json" | tee "$out/gdn-peer.txt"
+  : > "$out/gdn-peer.txt"
+  for impl in ${PB_GDN_IMPLS:-auto}; do
+    echo "ours: prefill-bench --impl gdn=$impl" | tee -a "$out/gdn-peer.txt"
+    python3 "$root/scripts/peer_fla.py" table --ours "$work/gdn-ours-$impl" --fla "$out/fla.json" | tee -a "$out/gdn-peer.txt"
+  done
 fi
 
 echo "== ratio table [$(elapsed)]"
