@@ -120,6 +120,15 @@ bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
   const bool want = c.gdn == "chunked" || (c.gdn == "auto" && kGdnChunkedDefault);
   return want && gdn_chunked_supports(shape);
 }
+// The one gdn kernel that runs this shape under c's option: the variant asked for where it
+// takes the shape, else the token kernel (the oracle, every shape).
+enum class GdnImpl { token, chunked, split, bf16 };
+GdnImpl gdn_impl(const Ctx& c, const LayerShape& shape) {
+  if (gdn_bf16(c, shape)) return GdnImpl::bf16;
+  if (gdn_split(c, shape)) return GdnImpl::split;
+  if (gdn_chunked(c, shape)) return GdnImpl::chunked;
+  return GdnImpl::token;
+}
 
 Conv1dImpl conv1d_impl(const Ctx& c) {
   if (c.conv1d == "auto") return kConv1dDefault;
@@ -156,10 +165,11 @@ SsmLayout ssm_layout(const Ctx& c, const pb_ssm_shape& s, uint32_t T, uint32_t N
   l.order = round256(uint64_t(T) * s.conv_dim * 2);
   l.bytes = l.order + round256(uint64_t(N + 1) * 4);
   const LayerShape shape = ssm_shape(s);
-  const uint64_t own = gdn_bf16(c, shape)      ? gdn_bf16_layout(shape, T, N).bytes
-                       : gdn_split(c, shape)   ? gdn_split_layout(shape, T, N).bytes
-                       : gdn_chunked(c, shape) ? gdn_chunked_layout(shape, T, N).bytes
-                                               : 0;
+  const GdnImpl impl = gdn_impl(c, shape);
+  const uint64_t own = impl == GdnImpl::bf16      ? gdn_bf16_layout(shape, T, N).bytes
+                       : impl == GdnImpl::split   ? gdn_split_layout(shape, T, N).bytes
+                       : impl == GdnImpl::chunked ? gdn_chunked_layout(shape, T, N).bytes
+                                                  : 0;
   if (own) {
     l.gdn = l.bytes;
     l.bytes += own;
@@ -320,10 +330,11 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
 pb_status precision(void* ctx, const pb_layer_shape* s, const char* kernel, char* buf, size_t buf_len) {
   const Ctx& c = *static_cast<Ctx*>(ctx);
   const bool gdn = s->kind == PB_LAYER_SSM && kernel && std::string(kernel) == "gdn";
-  const bool lowp = gdn && gdn_bf16(c, ssm_shape(s->ssm));
-  const bool split = gdn && gdn_split(c, ssm_shape(s->ssm));
-  const bool tf32 = gdn && !split && gdn_chunked(c, ssm_shape(s->ssm));
-  put(buf, buf_len, lowp ? "bf16-chunk64" : split ? "tf32-split" : tf32 ? "tf32-chunked" : "fp32");
+  const GdnImpl impl = gdn ? gdn_impl(c, ssm_shape(s->ssm)) : GdnImpl::token;
+  put(buf, buf_len, impl == GdnImpl::bf16      ? "bf16-chunk64"
+                    : impl == GdnImpl::split   ? "tf32-split"
+                    : impl == GdnImpl::chunked ? "tf32-chunked"
+                                               : "fp32");
   return PB_OK;
 }
 
@@ -466,7 +477,9 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
     e = cudaMemcpyAsync(ws<int32_t>(a->workspace.data, l.order), c.order.data(), c.order.size() * 4,
                         cudaMemcpyHostToDevice, st);
   if (e == cudaSuccess && l.gdn) {  // the chunk list of the split, bf16 or chunked kernel (kernels/gdn_chunk_list.h)
-    const int chunk = gdn_bf16(c, ssm_shape(a->shape)) ? kGdnBf16Chunk : kGdnChunk;
+    const LayerShape shape = ssm_shape(a->shape);
+    const GdnImpl impl = gdn_impl(c, shape);
+    const int chunk = impl == GdnImpl::bf16 ? kGdnBf16Chunk : kGdnChunk;
     plan_gdn_chunks(host_vec(m.cu_seqlens_host, m.cu_seqlens_host_count), c.order, &c.chunk_items, &c.chunk_first, chunk);
     const GdnChunkList cl = gdn_chunk_list_layout(m.total_tokens, m.batch_size, chunk);
     if (c.chunk_items.size() > cl.max_chunks || c.chunk_first.size() != m.batch_size + 1u) {
@@ -482,8 +495,7 @@ pb_status prepare_ssm(void* ctx, const pb_ssm_layer_args* a, void* stream, char*
     if (e == cudaSuccess)
       e = cudaMemcpyAsync(ws<int32_t>(base, cl.chunk_first), c.chunk_first.data(), c.chunk_first.size() * 4,
                           cudaMemcpyHostToDevice, st);
-    const LayerShape shape = ssm_shape(a->shape);
-    if (e == cudaSuccess && !gdn_bf16(c, shape) && !gdn_split(c, shape) && gdn_chunked(c, shape)) {
+    if (e == cudaSuccess && impl == GdnImpl::chunked) {
       std::vector<int32_t> chunks(c.order.size());  // in launch order
       for (size_t i = 0; i < c.order.size(); ++i) chunks[i] = c.chunk_first[c.order[i] + 1] - c.chunk_first[c.order[i]];
       std::vector<int32_t> key = chunks;
@@ -517,9 +529,7 @@ pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, si
   const LayerShape shape = ssm_shape(a->shape);
   const SsmLayout l = ssm_layout(c, a->shape, m.total_tokens, m.batch_size);
   const uint64_t w = a->workspace.data;
-  const bool lowp = gdn_bf16(c, shape);
-  const bool split = gdn_split(c, shape);
-  const bool chunked = !split && gdn_chunked(c, shape);
+  const GdnImpl impl = gdn_impl(c, shape);
   GdnArgs args;
   args.shape = shape;
   args.batch_size = m.batch_size;
@@ -532,10 +542,14 @@ pb_status gdn(void* ctx, const pb_ssm_layer_args* a, void* stream, char* msg, si
   args.beta = reinterpret_cast<const float*>(a->beta.data);
   args.out = reinterpret_cast<bf16*>(a->out.data);
   const auto st = static_cast<cudaStream_t>(stream);
-  if (lowp) return from_cuda(launch_gdn_bf16(st, args, w + l.gdn), "gdn (bf16 split)", msg, msg_len);
-  if (split) return from_cuda(launch_gdn_split(st, args, w + l.gdn), "gdn (split)", msg, msg_len);
-  return from_cuda(chunked ? launch_gdn_chunked(st, args, w + l.gdn, c.walk_queue) : launch_gdn(st, args),
-                   chunked ? "gdn (chunked)" : "gdn (token)", msg, msg_len);
+  switch (impl) {
+    case GdnImpl::bf16: return from_cuda(launch_gdn_bf16(st, args, w + l.gdn), "gdn (bf16 split)", msg, msg_len);
+    case GdnImpl::split: return from_cuda(launch_gdn_split(st, args, w + l.gdn), "gdn (split)", msg, msg_len);
+    case GdnImpl::chunked:
+      return from_cuda(launch_gdn_chunked(st, args, w + l.gdn, c.walk_queue), "gdn (chunked)", msg, msg_len);
+    case GdnImpl::token: break;
+  }
+  return from_cuda(launch_gdn(st, args), "gdn (token)", msg, msg_len);
 }
 
 pb_status attn_layer(void* ctx, const pb_attn_layer_args* a, void* stream, char* msg, size_t msg_len) {
