@@ -51,7 +51,7 @@ struct Bf16Params {
   GdnChunkListView list;
   uint16_t *Q, *K, *W, *Ut, *Vt, *S;  // the layout's images (gdn_bf16.h)
   float* G;
-  int kp, dvp;
+  int dvp;
 };
 
 // ---- fragments by ldmatrix (addresses in bf16 elements of a row-major tile at `base`,
@@ -690,7 +690,6 @@ cudaError_t launch_gdn_bf16(cudaStream_t stream, const GdnArgs& args, uint64_t s
   s.Vt = at(l.Vt);
   s.S = at(l.S);
   s.G = reinterpret_cast<float*>(scratch + l.G);
-  s.kp = l.kp;
   s.dvp = l.dvp;
   const long long heads = static_cast<long long>(args.batch_size) * shape.num_v_heads;
   const int nw = scan_warps(heads, l.dvp);

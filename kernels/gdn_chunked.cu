@@ -88,7 +88,6 @@ __global__ void __launch_bounds__(kThreads) gdn_chunked_prep(ChunkedParams s) {
   GdnChunkCta cc;
   if (!gdn_chunk_cta(p, s.list, kC, cc, item)) return;
   const GdnChunkItem it = cc.it;
-  const StreamRows sr = cc.sr;
   const int t0 = it.t0, n = cc.n;
   extern __shared__ __align__(16) float sm[];
   float *K_s = sm + L::K, *Q_s = sm + L::Q, *A_s = sm + L::A, *G_s = sm + L::G, *B_s = sm + L::B;

@@ -76,13 +76,12 @@ __device__ __forceinline__ bool gdn_cta_head(const GdnParams& p, GdnCtaHead& c, 
   return true;
 }
 
-// What one per-chunk CTA (a prep or out pass over the chunk list) owns: its list entry,
-// the stream's rows, and the chunk's token count n (<= chunk). The entry is read back
-// bounded: false when the CTA is past the list's count or capacity, or its entry names
-// no chunk of the batch (nothing to do).
+// What one per-chunk CTA (a prep or out pass over the chunk list) owns: its list entry
+// and the chunk's token count n (<= chunk, within the stream's rows). The entry is read
+// back bounded: false when the CTA is past the list's count or capacity, or its entry
+// names no chunk of the batch (nothing to do).
 struct GdnChunkCta {
   GdnChunkItem it;
-  detail::StreamRows sr;
   int n;
 };
 __device__ __forceinline__ bool gdn_chunk_cta(const GdnParams& p, const GdnChunkListView& list, int chunk,
@@ -90,9 +89,9 @@ __device__ __forceinline__ bool gdn_chunk_cta(const GdnParams& p, const GdnChunk
   if (item >= *list.count || item >= list.max_chunks) return false;
   c.it = list.items[item];
   if (c.it.stream < 0 || c.it.stream >= p.batch_size || c.it.chunk < 0 || c.it.chunk >= list.max_chunks) return false;
-  c.sr = detail::stream_rows(p.cu_seqlens, c.it.stream, p.total_tokens);
-  c.n = min(chunk, c.sr.end - c.it.t0);
-  return c.it.t0 >= c.sr.begin && c.n > 0;
+  const detail::StreamRows sr = detail::stream_rows(p.cu_seqlens, c.it.stream, p.total_tokens);
+  c.n = min(chunk, sr.end - c.it.t0);
+  return c.it.t0 >= sr.begin && c.n > 0;
 }
 
 }  // namespace pb::kernels
