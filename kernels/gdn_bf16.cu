@@ -25,6 +25,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_params.cuh"
+#include "kernels/mbarrier.cuh"
 #include "kernels/mma_bf16.cuh"
 
 namespace pb::kernels {
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
     }
     const float iq = 1.f / sqrtf(ssq + 1e-6f), ik = 1.f / sqrtf(ssk + 1e-6f);
     const bool store_qk = h % group == 0;
-    const size_t img = ((static_cast<size_t>(it.chunk) * p.num_k_heads + kh) * kC + tt) * KP;
+    const size_t img = ((static_cast<size_t>(it.chunk) * p.num_k_heads + kh) * kC + tt) * KS;
 #pragma unroll
     for (int e = 0; e < PL; ++e) {
       const int c = 8 * (sub + 4 * e);
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
   const uint32_t tb = smem_u32(T_s), rb = smem_u32(R_s);
   // U^T = R_v^T T^T: m = v rows (dvp / 16 tiles, one a warp in turn), n = the 64 tokens i,
   // k = tokens j (T^T[j][i] = 0 for j > i: k-step ks skipped for token pairs np < ks).
-  const size_t ut = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * dvp * kC;
+  const size_t ut = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * dvp * kCS;
   for (int mt = warp; mt < dvp / 16; mt += NT / 32) {
     float acc[8][4] = {};
 #pragma unroll
@@ -300,7 +301,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
-        *reinterpret_cast<uint32_t*>(s.Ut + ut + (16 * mt + g + 8 * hr) * kC + 8 * nt + 2 * t) =
+        *reinterpret_cast<uint32_t*>(s.Ut + ut + (16 * mt + g + 8 * hr) * kCS + 8 * nt + 2 * t) =
             pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
   }
   // W = T R_k: warp w the token tile w % 4 and half w / 4 of k_dim's n-tiles (k-steps
@@ -321,12 +322,12 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
         mma2(acc[2 * np], acc[2 * np + 1], a, b);
       }
     }
-    const size_t w = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC * KP;
+    const size_t w = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC * KS;
 #pragma unroll
     for (int nt = 0; nt < HN; ++nt)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
-        *reinterpret_cast<uint32_t*>(s.W + w + (16 * mt + g + 8 * hr) * KP + n0 + 8 * nt + 2 * t) =
+        *reinterpret_cast<uint32_t*>(s.W + w + (16 * mt + g + 8 * hr) * KS + n0 + 8 * nt + 2 * t) =
             pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
   }
 }
@@ -368,24 +369,58 @@ __global__ void __launch_bounds__(32 * NW) gdn_bf16_scan(Bf16Params s) {
     const int bu = e / (16 * NW * (kC / 8)), r = (e / (kC / 8)) % (16 * NW), c = 8 * (e % (kC / 8));
     if (r >= urows) *reinterpret_cast<uint4*>(sb + bu * L::buf + L::U + r * kCS + c) = make_uint4(0, 0, 0, 0);
   }
-  auto fetch = [&](int c, int bu) {
+  // A chunk's inputs are contiguous images laid out as the buffer is (rows padded for
+  // ldmatrix by the prep): W, K, the CTA's U^T rows, G.
+  auto src = [&](int c, const uint16_t*& W, const uint16_t*& K, const uint16_t*& U, const float*& G) {
     const size_t ci = static_cast<size_t>(first + c);
-    uint16_t* B = sb + bu * L::buf;
-    const uint16_t* W = s.W + (ci * p.num_v_heads + h) * kC * KP;
-    const uint16_t* K = s.K + (ci * p.num_k_heads + kh) * kC * KP;
-    for (int e = tid; e < kC * (KP / 8); e += NTH) {
-      const int r = e / (KP / 8), x = 8 * (e % (KP / 8));
-      cp_async16(smem_u32(B + L::W + r * KS + x), W + r * KP + x);
-      cp_async16(smem_u32(B + L::K + r * KS + x), K + r * KP + x);
-    }
-    const uint16_t* U = s.Ut + ((ci * p.num_v_heads + h) * dvp + v0) * kC;
-    for (int e = tid; e < urows * (kC / 8); e += NTH) {
-      const int r = e / (kC / 8), x = 8 * (e % (kC / 8));
-      cp_async16(smem_u32(B + L::U + r * kCS + x), U + r * kC + x);
-    }
-    const float* G = s.G + (ci * p.num_v_heads + h) * kC;
-    for (int e = tid; e < kC / 4; e += NTH) cp_async16(smem_u32(B + L::G + 8 * e), G + 4 * e);
+    W = s.W + (ci * p.num_v_heads + h) * kC * KS;
+    K = s.K + (ci * p.num_k_heads + kh) * kC * KS;
+    U = s.Ut + ((ci * p.num_v_heads + h) * dvp + v0) * kCS;
+    G = s.G + (ci * p.num_v_heads + h) * kC;
   };
+  constexpr uint32_t kWK = kC * KS * 2;  // bytes of W's (and K's) image
+  const uint32_t u_bytes = urows * kCS * 2;
+#ifdef PB_WGMMA_ENABLED
+  // One thread brings a chunk in with four bulk copies, counted on the buffer's mbarrier.
+  __shared__ __align__(8) uint64_t full[2];
+  if (tid == 0) {
+    mbar_init(smem_u32(&full[0]), 1);
+    mbar_init(smem_u32(&full[1]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  auto fetch = [&](int c, int bu) {
+    if (tid != 0) return;
+    const uint16_t *W, *K, *U;
+    const float* G;
+    src(c, W, K, U, G);
+    const uint32_t bar = smem_u32(&full[bu]), B = smem_u32(sb + bu * L::buf);
+    mbar_arrive_expect_tx(bar, 2 * kWK + u_bytes + kC * 4);
+    bulk_copy_g2s(B + 2 * L::W, W, kWK, bar);
+    bulk_copy_g2s(B + 2 * L::K, K, kWK, bar);
+    bulk_copy_g2s(B + 2 * L::U, U, u_bytes, bar);
+    bulk_copy_g2s(B + 2 * L::G, G, kC * 4, bar);
+  };
+  auto landed = [&](int c) { mbar_wait(smem_u32(&full[c & 1]), (c >> 1) & 1); };
+#else
+  auto fetch = [&](int c, int bu) {
+    const uint16_t *W, *K, *U;
+    const float* G;
+    src(c, W, K, U, G);
+    uint16_t* B = sb + bu * L::buf;
+    for (int e = tid; e < int(kWK / 16); e += NTH) {
+      cp_async16(smem_u32(B + L::W + 8 * e), W + 8 * e);
+      cp_async16(smem_u32(B + L::K + 8 * e), K + 8 * e);
+    }
+    for (int e = tid; e < int(u_bytes / 16); e += NTH) cp_async16(smem_u32(B + L::U + 8 * e), U + 8 * e);
+    for (int e = tid; e < kC / 4; e += NTH) cp_async16(smem_u32(B + L::G + 8 * e), G + 4 * e);
+    cp_async_commit();
+  };
+  auto landed = [&](int) {
+    cp_async_wait<1>();
+    __syncthreads();
+  };
+#endif
 
   // The warp's 16 rows of S: n-tile nt holds columns 8 nt + 2t, + 1 of rows vw + g, + 8.
   float S[KT][4];
@@ -401,13 +436,14 @@ __global__ void __launch_bounds__(32 * NW) gdn_bf16_scan(Bf16Params s) {
       S[nt][2 * hr + 1] = x.y;
     }
 
+  __syncthreads();  // U^T's zero rows written before any chunk is read
   if (nch > 0) fetch(0, 0);
-  cp_async_commit();
   for (int c = 0; c < nch; ++c) {
     if (c + 1 < nch) fetch(c + 1, (c + 1) & 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
+#ifndef PB_WGMMA_ENABLED
+    else cp_async_commit();  // an empty group: landed() waits for all but the newest
+#endif
+    landed(c);
     const uint16_t* B = sb + (c & 1) * L::buf;
     const size_t ci = static_cast<size_t>(first + c);
     const size_t vh = (ci * p.num_v_heads + h) * dvp;  // row base of this (chunk, v head)'s [dvp][..] images
@@ -477,7 +513,9 @@ __global__ void __launch_bounds__(32 * NW) gdn_bf16_scan(Bf16Params s) {
     }
     __syncthreads();  // every read of this buffer done before the next fetch overwrites it
   }
+#ifndef PB_WGMMA_ENABLED
   cp_async_wait<0>();
+#endif
 
 #pragma unroll
   for (int nt = 0; nt < KT; ++nt)
@@ -516,14 +554,13 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const size_t ci = static_cast<size_t>(it.chunk);
   {
-    const uint16_t* Q = s.Q + (ci * p.num_k_heads + kh) * kC * KP;
-    const uint16_t* K = s.K + (ci * p.num_k_heads + kh) * kC * KP;
+    const uint16_t* Q = s.Q + (ci * p.num_k_heads + kh) * kC * KS;
+    const uint16_t* K = s.K + (ci * p.num_k_heads + kh) * kC * KS;
     const uint16_t* Sn = s.S + ((ci * p.num_v_heads + h) * dvp + c0) * KP;
     const uint16_t* Vt = s.Vt + ((ci * p.num_v_heads + h) * dvp + c0) * kC;
-    for (int e = tid; e < kC * (KP / 8); e += NTH) {
-      const int r = e / (KP / 8), x = 8 * (e % (KP / 8));
-      cp_async16(smem_u32(Q_s + r * KS + x), Q + r * KP + x);
-      cp_async16(smem_u32(K_s + r * KS + x), K + r * KP + x);
+    for (int e = tid; e < kC * KS / 8; e += NTH) {  // the images' padded rows, as laid out here
+      cp_async16(smem_u32(Q_s + 8 * e), Q + 8 * e);
+      cp_async16(smem_u32(K_s + 8 * e), K + 8 * e);
     }
     for (int e = tid; e < vn * (KP / 8); e += NTH) {
       const int r = e / (KP / 8), x = 8 * (e % (KP / 8));
@@ -657,10 +694,10 @@ GdnBf16Layout gdn_bf16_layout(const LayerShape& shape, uint32_t total_tokens, ui
   l.list = gdn_chunk_list_layout(total_tokens, batch_size, kC);
   const uint64_t C = l.list.max_chunks, Hk = shape.num_k_heads, Hv = shape.num_v_heads, kp = l.kp, dvp = l.dvp;
   l.Q = l.list.bytes;
-  l.K = l.Q + gdn_round256(C * Hk * kC * kp * 2);
-  l.W = l.K + gdn_round256(C * Hk * kC * kp * 2);
-  l.Ut = l.W + gdn_round256(C * Hv * kC * kp * 2);
-  l.Vt = l.Ut + gdn_round256(C * Hv * dvp * kC * 2);
+  l.K = l.Q + gdn_round256(C * Hk * kC * (kp + 8) * 2);
+  l.W = l.K + gdn_round256(C * Hk * kC * (kp + 8) * 2);
+  l.Ut = l.W + gdn_round256(C * Hv * kC * (kp + 8) * 2);
+  l.Vt = l.Ut + gdn_round256(C * Hv * dvp * kCS * 2);
   l.S = l.Vt + gdn_round256(C * Hv * dvp * kC * 2);
   l.G = l.S + gdn_round256(C * Hv * dvp * kp * 2);
   l.bytes = l.G + gdn_round256(C * Hv * kC * 4);
