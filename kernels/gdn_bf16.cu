@@ -41,6 +41,7 @@ struct GdnBf16Traits {
   static constexpr int kPrepThreads = 256;  // 8 warps
   static constexpr int kOutThreads = 128;   // 4 warps: 16 token rows each
   static constexpr int kOutCols = 64;       // v columns per out CTA
+  static constexpr int kScanSplitBelow = 2;  // scan row blocks a SM below which two warps share one
 };
 
 // kp: k_dim padded to the scan's templates; dvp: v_dim padded to 16 (one m-tile of v rows).
@@ -332,10 +333,15 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
   }
 }
 
-// ---- 2. scan: per (stream, v head, block of 16 NW v rows), NW warps; the chunk's W, K
-// [64][KP + 8], U^T [16 NW][kCS] and G [64] copied a chunk ahead by cp.async into the
-// other of two buffers.
-template <int KP, int NW>
+// ---- 2. scan: per (stream, v head, block of 16 NW v rows), NW row blocks of 16 v rows,
+// each held by KSP warps that split its k_dim columns (KSP = 2 where the batch has too
+// few row blocks to keep the SMs issuing). The chunk's W, K [64][KP + 8], U^T [16 NW][kCS]
+// and G [64] come a chunk ahead into the other of two buffers; with KSP = 2 the two
+// warps of a row block exchange their halves of b(S) W^T through X.
+// The same sums whatever KSP: b(S) W^T is always (first half of k_dim) + (second half),
+// each half a chain of m16n8k16 steps in k order, so KSP (which the batch picks) never
+// shows in a stream's bits.
+template <int KP, int NW, int KSP>
 struct ScanSmem {
   static constexpr int KS = KP + 8;
   static constexpr int W = 0;                        // bf16 offsets in a buffer
@@ -343,14 +349,19 @@ struct ScanSmem {
   static constexpr int U = K + kC * KS;
   static constexpr int G = U + 16 * NW * kCS;        // 64 floats = 128 bf16
   static constexpr int buf = G + 2 * kC;
-  static constexpr size_t bytes = 2 * sizeof(uint16_t) * buf;
+  // after the two buffers, KSP > 1: float4 X[NW][KSP][8][32], the halves of b(S) W^T
+  static constexpr size_t bytes = 2 * sizeof(uint16_t) * buf + (KSP > 1 ? size_t(NW) * KSP * 8 * 32 * 16 : 0);
 };
 
-template <int KP, int NW>
-__global__ void __launch_bounds__(32 * NW) gdn_bf16_scan(Bf16Params s) {
+template <int KP, int NW, int KSP>
+__global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
   using namespace detail;
-  using L = ScanSmem<KP, NW>;
-  constexpr int KS = L::KS, NTH = 32 * NW, KT = KP / 8;
+  using L = ScanSmem<KP, NW, KSP>;
+  static_assert(KSP == 1 || KSP == 2, "a row block's k_dim splits in two at most");
+  constexpr int KS = L::KS, NTH = 32 * NW * KSP;
+  constexpr int KH = KP / 2;              // a half of k_dim's columns
+  constexpr int HS = KH / 16;             // k-steps in a half
+  constexpr int KT = KP / 8 / KSP;        // n-tiles of S a warp holds
   const GdnParams& p = s.p;
   GdnCtaHead head;
   if (!gdn_cta_head(p, head)) return;
@@ -360,8 +371,10 @@ __global__ void __launch_bounds__(32 * NW) gdn_bf16_scan(Bf16Params s) {
   if (first < 0 || nch < 0 || first + nch > s.list.max_chunks) return;
   extern __shared__ __align__(16) uint16_t sb[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int rb = warp / KSP, part = warp % KSP;  // the warp's row block, its part of k_dim
+  const int c0 = part * (KP / KSP);              // the warp's first column of S
   const int v0 = head.vb * 16 * NW;         // the CTA's first v row
-  const int vw = v0 + 16 * warp;            // the warp's first v row
+  const int vw = v0 + 16 * rb;              // the warp's first v row
   const int urows = max(0, min(16 * NW, dvp - v0));  // U^T rows that exist (the rest stay zero)
 
   // U^T rows past dvp: zero in both buffers, once.
@@ -422,14 +435,14 @@ __global__ void __launch_bounds__(32 * NW) gdn_bf16_scan(Bf16Params s) {
   };
 #endif
 
-  // The warp's 16 rows of S: n-tile nt holds columns 8 nt + 2t, + 1 of rows vw + g, + 8.
+  // The warp's 16 rows of S: n-tile nt holds columns c0 + 8 nt + 2t, + 1 of rows vw + g, + 8.
   float S[KT][4];
   float* S_g = head.S_g;
 #pragma unroll
   for (int nt = 0; nt < KT; ++nt)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int v = vw + g + 8 * hr, c = 8 * nt + 2 * t;
+      const int v = vw + g + 8 * hr, c = c0 + 8 * nt + 2 * t;
       float2 x = make_float2(0.f, 0.f);
       if (v < dv && c < dk) x = *reinterpret_cast<const float2*>(S_g + static_cast<size_t>(v) * dk + c);
       S[nt][2 * hr] = x.x;
@@ -449,48 +462,70 @@ __global__ void __launch_bounds__(32 * NW) gdn_bf16_scan(Bf16Params s) {
     const size_t vh = (ci * p.num_v_heads + h) * dvp;  // row base of this (chunk, v head)'s [dvp][..] images
 
     // b(S), the chunk's entering state: the A operand of b(S) W^T, and stored.
-    uint32_t sa[KP / 16][4];
+    uint32_t sa[KT / 2][4];
 #pragma unroll
-    for (int ks = 0; ks < KP / 16; ++ks) acc_to_a(sa[ks], S[2 * ks], S[2 * ks + 1]);
+    for (int ks = 0; ks < KT / 2; ++ks) acc_to_a(sa[ks], S[2 * ks], S[2 * ks + 1]);
     if (vw < dvp) {
-      uint16_t* Sn = s.S + (vh + vw) * KP;
+      uint16_t* Sn = s.S + (vh + vw) * KP + c0;
 #pragma unroll
-      for (int ks = 0; ks < KP / 16; ++ks) {
+      for (int ks = 0; ks < KT / 2; ++ks) {
         *reinterpret_cast<uint32_t*>(Sn + g * KP + 16 * ks + 2 * t) = sa[ks][0];
         *reinterpret_cast<uint32_t*>(Sn + (g + 8) * KP + 16 * ks + 2 * t) = sa[ks][1];
         *reinterpret_cast<uint32_t*>(Sn + g * KP + 16 * ks + 8 + 2 * t) = sa[ks][2];
         *reinterpret_cast<uint32_t*>(Sn + (g + 8) * KP + 16 * ks + 8 + 2 * t) = sa[ks][3];
       }
     }
-    // V^T = U^T - b(S) W^T: m = the warp's 16 v rows, n = 64 tokens, k = k_dim.
-    float V[8][4] = {};
+    // V^T = U^T - b(S) W^T: m = the warp's 16 v rows, n = 64 tokens, k = k_dim in two
+    // halves, V = U - (first + second).
     const uint32_t wb = smem_u32(B + L::W), kb = smem_u32(B + L::K);
+    auto half_sw = [&](float (&P)[8][4], int h0, int a0) {  // P = b(S) W^T over the half from k-step h0, sa from a0
 #pragma unroll
-    for (int ks = 0; ks < KP / 16; ++ks)
+      for (int ks = 0; ks < HS; ++ks)
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t b[4];
-        ld_b_nk(b, wb, KS, 16 * np, 16 * ks);
-        mma2(V[2 * np], V[2 * np + 1], sa[ks], b);
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          ld_b_nk(b, wb, KS, 16 * np, 16 * (h0 + ks));
+          mma2(P[2 * np], P[2 * np + 1], sa[a0 + ks], b);
+        }
+    };
+    float V[8][4] = {}, X[8][4] = {};  // V: this warp's half (the first with KSP = 1), X: the other
+    half_sw(V, part * HS, 0);
+    if constexpr (KSP == 1) {
+      half_sw(X, HS, HS);
+    } else {
+      float4* xs = reinterpret_cast<float4*>(sb + 2 * L::buf) + (rb * KSP) * 8 * 32 + lane;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) xs[(part * 8 + nt) * 32] = make_float4(V[nt][0], V[nt][1], V[nt][2], V[nt][3]);
+      __syncthreads();
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const float4 x = xs[((1 - part) * 8 + nt) * 32];
+        X[nt][0] = x.x, X[nt][1] = x.y, X[nt][2] = x.z, X[nt][3] = x.w;
       }
-    const uint16_t* U_s = B + L::U + (16 * warp) * kCS;
+    }
+    const uint16_t* U_s = B + L::U + (16 * rb) * kCS;
     const float* G_s = reinterpret_cast<const float*>(B + L::G);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const uint32_t u = *reinterpret_cast<const uint32_t*>(U_s + (g + 8 * hr) * kCS + 8 * nt + 2 * t);
-        V[nt][2 * hr] = bf_lo(u) - V[nt][2 * hr];
-        V[nt][2 * hr + 1] = bf_hi(u) - V[nt][2 * hr + 1];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float first = part == 0 ? V[nt][2 * hr + e] : X[nt][2 * hr + e];
+          const float second = part == 0 ? X[nt][2 * hr + e] : V[nt][2 * hr + e];
+          V[nt][2 * hr + e] = (e ? bf_hi(u) : bf_lo(u)) - (first + second);
+        }
       }
-    // b(V)^T for the out pass.
+    // b(V)^T for the out pass (with KSP = 2 each warp its half of the tokens).
     if (vw < dvp) {
       uint16_t* Vt = s.Vt + (vh + vw) * kC;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
+        if (nt / (8 / KSP) == part)
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-          *reinterpret_cast<uint32_t*>(Vt + (g + 8 * hr) * kC + 8 * nt + 2 * t) = pack2(V[nt][2 * hr], V[nt][2 * hr + 1]);
+          for (int hr = 0; hr < 2; ++hr)
+            *reinterpret_cast<uint32_t*>(Vt + (g + 8 * hr) * kC + 8 * nt + 2 * t) = pack2(V[nt][2 * hr], V[nt][2 * hr + 1]);
     }
     // S = e^{G_last} S + E^T K, E^T = b(e^{G_last - G_j} V^T) from V's accumulators.
     const float G_last = G_s[kC - 1], gl = expf(G_last);
@@ -505,9 +540,9 @@ __global__ void __launch_bounds__(32 * NW) gdn_bf16_scan(Bf16Params s) {
       acc_to_a(ea, V[2 * ks], V[2 * ks + 1], expf(G_last - G_s[j]), expf(G_last - G_s[j + 1]),
                expf(G_last - G_s[j + 8]), expf(G_last - G_s[j + 9]));
 #pragma unroll
-      for (int np = 0; np < KP / 16; ++np) {
+      for (int np = 0; np < KT / 2; ++np) {
         uint32_t b[4];
-        ld_b_kn(b, kb, KS, 16 * np, 16 * ks);
+        ld_b_kn(b, kb, KS, c0 + 16 * np, 16 * ks);
         mma2(S[2 * np], S[2 * np + 1], ea, b);
       }
     }
@@ -521,16 +556,17 @@ __global__ void __launch_bounds__(32 * NW) gdn_bf16_scan(Bf16Params s) {
   for (int nt = 0; nt < KT; ++nt)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int v = vw + g + 8 * hr, c = 8 * nt + 2 * t;
+      const int v = vw + g + 8 * hr, c = c0 + 8 * nt + 2 * t;
       if (v < dv && c < dk)
         *reinterpret_cast<float2*>(S_g + static_cast<size_t>(v) * dk + c) = make_float2(S[nt][2 * hr], S[nt][2 * hr + 1]);
     }
 }
 
-// ---- 3. out: per (chunk, v head, block of 64 v columns), 4 warps of 16 token rows.
-// Shared: Q, K [64][KP + 8], b(V)^T [64 v][kCS], b(S) [64 v][KP + 8], G [64].
+// ---- 3. out: per (chunk, v head, block of OC = kOutCols v columns), 4 warps of 16
+// token rows. Shared: Q, K [64][KP + 8], b(S) [OC v][KP + 8], b(V)^T [OC v][kCS], G [64].
 inline size_t out_smem(int kp) {
-  return 2 * (size_t(3) * kC * (kp + 8) + size_t(GdnBf16Traits::kOutCols) * kCS) + 4 * kC;
+  constexpr size_t OC = GdnBf16Traits::kOutCols;
+  return 2 * ((2 * kC + OC) * (kp + 8) + OC * kCS) + 4 * kC;
 }
 
 template <int KP>
@@ -644,30 +680,35 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
   }
 }
 
-// The scan's warps a CTA: the widest block (fewest loads of W and K a chunk) that still
-// gives every SM a CTA; one warp when even that does not.
-int scan_warps(long long heads, int dvp) {
+// The scan's shape: NW row blocks a CTA, the widest (fewest loads of W and K a chunk)
+// that still gives every SM a CTA; with one, each row block's k_dim split over two warps
+// (KSP) when the row blocks number fewer than kScanSplitBelow a SM.
+struct ScanShape {
+  int nw = 1, ksp = 1;
+};
+ScanShape scan_shape(long long heads, int dvp) {
   const long long sms = detail::sm_count();
   for (const int nw : {4, 2})
-    if (heads * ((dvp + 16 * nw - 1) / (16 * nw)) >= sms) return nw;
-  return 1;
+    if (heads * ((dvp + 16 * nw - 1) / (16 * nw)) >= sms) return {nw, 1};
+  return {1, heads * (dvp / 16) < GdnBf16Traits::kScanSplitBelow * sms ? 2 : 1};
 }
 
-template <int KP, int NW>
+template <int KP, int NW, int KSP>
 cudaError_t launch_scan(cudaStream_t stream, unsigned grid, const Bf16Params& s) {
-  using L = ScanSmem<KP, NW>;
+  using L = ScanSmem<KP, NW, KSP>;
   static bool configured = false;
   if (!configured) {
-    const cudaError_t e = detail::allow_smem(gdn_bf16_scan<KP, NW>, L::bytes);
+    const cudaError_t e = detail::allow_smem(gdn_bf16_scan<KP, NW, KSP>, L::bytes);
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  gdn_bf16_scan<KP, NW><<<grid, 32 * NW, L::bytes, stream>>>(s);
+  gdn_bf16_scan<KP, NW, KSP><<<grid, 32 * NW * KSP, L::bytes, stream>>>(s);
   return cudaGetLastError();
 }
 
 template <int KP>
-cudaError_t launch_kp(cudaStream_t stream, const Bf16Params& s, unsigned chunks, int heads_v, int nw, unsigned scan_grid) {
+cudaError_t launch_kp(cudaStream_t stream, const Bf16Params& s, unsigned chunks, int heads_v, ScanShape sh,
+                      unsigned scan_grid) {
   static bool configured = false;
   if (!configured) {
     cudaError_t e = detail::allow_smem(gdn_bf16_prep<KP>, prep_smem(KP, 256));
@@ -676,9 +717,10 @@ cudaError_t launch_kp(cudaStream_t stream, const Bf16Params& s, unsigned chunks,
     configured = true;
   }
   gdn_bf16_prep<KP><<<dim3(chunks, heads_v), GdnBf16Traits::kPrepThreads, prep_smem(KP, s.dvp), stream>>>(s);
-  cudaError_t e = nw == 4 ? launch_scan<KP, 4>(stream, scan_grid, s)
-                  : nw == 2 ? launch_scan<KP, 2>(stream, scan_grid, s)
-                            : launch_scan<KP, 1>(stream, scan_grid, s);
+  cudaError_t e = sh.nw == 4  ? launch_scan<KP, 4, 1>(stream, scan_grid, s)
+                  : sh.nw == 2  ? launch_scan<KP, 2, 1>(stream, scan_grid, s)
+                  : sh.ksp == 2 ? launch_scan<KP, 1, 2>(stream, scan_grid, s)
+                                : launch_scan<KP, 1, 1>(stream, scan_grid, s);
   if (e != cudaSuccess) return e;
   const int vblocks = (s.dvp + GdnBf16Traits::kOutCols - 1) / GdnBf16Traits::kOutCols;
   gdn_bf16_out<KP><<<dim3(chunks, heads_v * vblocks), GdnBf16Traits::kOutThreads, out_smem(KP), stream>>>(s);
@@ -729,16 +771,16 @@ cudaError_t launch_gdn_bf16(cudaStream_t stream, const GdnArgs& args, uint64_t s
   s.G = reinterpret_cast<float*>(scratch + l.G);
   s.dvp = l.dvp;
   const long long heads = static_cast<long long>(args.batch_size) * shape.num_v_heads;
-  const int nw = scan_warps(heads, l.dvp);
-  s.p.blocks = (l.dvp + 16 * nw - 1) / (16 * nw);
+  const ScanShape sh = scan_shape(heads, l.dvp);
+  s.p.blocks = (l.dvp + 16 * sh.nw - 1) / (16 * sh.nw);
   const long long scan_ctas = heads * s.p.blocks;
   const int vblocks = (l.dvp + GdnBf16Traits::kOutCols - 1) / GdnBf16Traits::kOutCols;
   if (scan_ctas > 0x7fffffffLL || l.list.max_chunks > 0x7fffffffu || shape.num_v_heads * vblocks > 65535)
     return cudaErrorInvalidValue;
   const unsigned chunks = l.list.max_chunks, grid = static_cast<unsigned>(scan_ctas);
-  if (l.kp == 32) return launch_kp<32>(stream, s, chunks, shape.num_v_heads, nw, grid);
-  if (l.kp == 64) return launch_kp<64>(stream, s, chunks, shape.num_v_heads, nw, grid);
-  return launch_kp<128>(stream, s, chunks, shape.num_v_heads, nw, grid);
+  if (l.kp == 32) return launch_kp<32>(stream, s, chunks, shape.num_v_heads, sh, grid);
+  if (l.kp == 64) return launch_kp<64>(stream, s, chunks, shape.num_v_heads, sh, grid);
+  return launch_kp<128>(stream, s, chunks, shape.num_v_heads, sh, grid);
 }
 
 }  // namespace pb::kernels

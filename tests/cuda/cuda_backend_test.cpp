@@ -51,6 +51,17 @@ std::string scenario_dir(const char* argv0) {
   return std::string(PB_SOURCE_DIR) + "/scenarios";
 }
 
+// A GPU test scenario (tests/cuda/NAME): the bundle's tests/ beside the executable, or
+// the source tree's.
+std::string gpu_scenario(const char* argv0, const std::string& name) {
+  std::string exe = argv0;
+  const size_t slash = exe.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : exe.substr(0, slash);
+  for (const std::string& d : {dir + "/tests", std::string(PB_SOURCE_DIR) + "/tests/cuda"})
+    if (exists(d + "/" + name)) return d + "/" + name;
+  return std::string(PB_SOURCE_DIR) + "/tests/cuda/" + name;
+}
+
 int g_failures = 0;
 
 void fail(const std::string& what) {
@@ -245,6 +256,10 @@ int main(int argc, char** argv) {
       for (const pb::Scenario& s : scenarios)  // the bf16 split (fla's arithmetic) and its lp
         if (s.name == "decode-heavy" || s.name == "continuation-chunks" || s.name == "long-and-short")
           expect_gdn_precision_named(s, "gdn=bf16", pb::gdn_precision_name(pb::GdnPrecision::bf16_chunk64));
+      // Its scan at four row blocks a CTA co-batched and at two warps a row block alone:
+      // the invariance check requires the same bits.
+      expect_gdn_precision_named(pb::load_scenario(gpu_scenario(argv[0], "gdn-bf16-scan-shapes.yaml")), "gdn=bf16",
+                                 pb::gdn_precision_name(pb::GdnPrecision::bf16_chunk64));
       expect_fault(scenarios, pb::Fault::causal_off_by_one);
       expect_fault(scenarios, pb::Fault::conv_state_bleed);
     }
