@@ -10,7 +10,7 @@
 //   2. scan, per (stream, v head, 16 NW v rows), chunks in order, each warp holding 16
 //      rows of S in its accumulators: b(S) stored (the chunk's entering state),
 //      V^T = U^T - b(S) W^T (fp32), b(V)^T stored, S = e^{G_last} S + b(e^{G_last-G} V)^T K;
-//   3. out, per (chunk, v head, 64 v columns): o = e^G (Q b(S)^T) + M b(V) with
+//   3. out, per (chunk, v head, 128 v columns): o = e^G (Q b(S)^T) + M b(V) with
 //      M = b(e^{G_i-G_j} q.k) (j <= i), out = b(o / sqrt(k_dim)).
 // Every product's operands are bf16 and its sums fp32, so only the order of the fp32
 // sums differs from the lp (which the tolerance allows: docs/TOLERANCES.md). The scan's
@@ -40,7 +40,7 @@ constexpr int kAS = kC + 8;        // stride (fp32) of A^T, rows padded so the 4
 struct GdnBf16Traits {
   static constexpr int kPrepThreads = 256;  // 8 warps
   static constexpr int kOutThreads = 128;   // 4 warps: 16 token rows each
-  static constexpr int kOutCols = 64;       // v columns per out CTA
+  static constexpr int kOutCols = 128;      // v columns per out CTA
   static constexpr int kScanSplitBelow = 2;  // scan row blocks a SM below which two warps share one
 };
 

@@ -3,7 +3,7 @@
 // context-parallel form of gdn_split.h with fla's arithmetic. Three batched launches:
 // chunk-local WY terms per (chunk, v head), a state scan per (stream, v head, v block)
 // that stores each chunk's entering state in bf16, then the outputs per (chunk, v head,
-// block of 64 v columns).
+// block of 128 v columns).
 // Invariants: launch sizes come only from total_tokens, batch_size and the shape (the
 // chunk list is read from the workspace, bounded by its capacity); every warp of the
 // scan owns 16 v rows whatever the block width, so a stream's bits do not depend on the
