@@ -310,8 +310,9 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
                                              : c.attention == "ws:cp" ? "ws:cp(warp-specialized, cp.async producer)"
                                                                       : c.attention) +
                   " gdn=" + std::string(c.gdn == "auto"    ? (kGdnChunkedDefault ? "chunked-tf32/token by shape" : "token")
-                                   : c.gdn == "split" ? (wgmma_available() ? "split(scan: wgmma, bulk-copy ring)" : "split(scan: mma.sync)")
-                                   : c.gdn == "bf16"  ? "bf16(split, 64-token chunks, bf16 mma.sync)"
+                                   : c.gdn == "split" ? (wgmma_available() ? "split(scan: wgmma, bulk-copy ring)/token by shape"
+                                                                           : "split(scan: mma.sync)/token by shape")
+                                   : c.gdn == "bf16"  ? "bf16(split, 64-token chunks, bf16 mma.sync)/token by shape"
                                                       : c.gdn);
   const Conv1dImpl ci = conv1d_impl(c);
   d += " conv1d=" + std::string(ci == Conv1dImpl::window  ? "window(d_conv<=4)/row"
