@@ -12,7 +12,8 @@
 # "--impl gdn=split"); PB_BUDGET (seconds; no scenario starts after it, and the table lists
 # it as 0 of 4 runs; default 480);
 # PB_BUNDLE, PB_BACKEND, PB_RUN_TIMEOUT, OUT as in device-lib.sh. Files in ${OUT:-results}/:
-# summary.txt (the table last), ab.txt (every run's log), json/ (the reports).
+# summary.txt (the table last), ab.txt (every run's log), json.tar.gz (the reports, packed into
+# one file: the device tool returns only a few files a call).
 # Local dry run without a GPU: PB_BACKEND=host PB_A=build/libpb_kernels_host.so
 # PB_B=build/libpb_kernels_host.so PB_BUNDLE=build/apps scripts/device-ab.sh scenarios/smoke.yaml
 set -uo pipefail
@@ -67,4 +68,5 @@ for name, rs in runs.items():
         print(f"{name:<24} L{layer}.{kernel:<14} A {' / '.join(med['A'])}  B {' / '.join(med['B'])}  "
               f"{'passed' if passed else 'FAILED'}  {'bit-identical' if same else 'OUTPUTS DIFFER'}")
 PY
+tar -czf "$O/json.tar.gz" -C "$O" json && rm -rf "$jd"
 cat "$S"
