@@ -40,12 +40,17 @@ const char* const kDefaultScenarios[] = {
 
 bool exists(const std::string& p) { return access(p.c_str(), R_OK) == 0; }
 
+// The directory the executable was started from (the bundle's root on the GPU machine).
+std::string exe_dir(const char* argv0) {
+  const std::string exe = argv0;
+  const size_t slash = exe.rfind('/');
+  return slash == std::string::npos ? "." : exe.substr(0, slash);
+}
+
 // scenarios/: $PB_SCENARIOS, next to the executable (the bundle), or the source tree.
 std::string scenario_dir(const char* argv0) {
   if (const char* env = std::getenv("PB_SCENARIOS")) return env;
-  std::string exe = argv0;
-  const size_t slash = exe.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : exe.substr(0, slash);
+  const std::string dir = exe_dir(argv0);
   for (const std::string& d : {dir + "/scenarios", dir + "/../scenarios", std::string(PB_SOURCE_DIR) + "/scenarios"})
     if (exists(d + "/smoke.yaml")) return d;
   return std::string(PB_SOURCE_DIR) + "/scenarios";
@@ -54,10 +59,7 @@ std::string scenario_dir(const char* argv0) {
 // A GPU test scenario (tests/cuda/NAME): the bundle's tests/ beside the executable, or
 // the source tree's.
 std::string gpu_scenario(const char* argv0, const std::string& name) {
-  std::string exe = argv0;
-  const size_t slash = exe.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : exe.substr(0, slash);
-  for (const std::string& d : {dir + "/tests", std::string(PB_SOURCE_DIR) + "/tests/cuda"})
+  for (const std::string& d : {exe_dir(argv0) + "/tests", std::string(PB_SOURCE_DIR) + "/tests/cuda"})
     if (exists(d + "/" + name)) return d + "/" + name;
   return std::string(PB_SOURCE_DIR) + "/tests/cuda/" + name;
 }
