@@ -8,8 +8,10 @@
 # kernels/PERF-NOTES.md's "measured, not shipped" tables were taken (session 30).
 # Usage, on the GPU machine from the repo root:
 #   PB_A=lib_a.so PB_B=lib_b.so scripts/device-ab.sh SCENARIO.yaml...
-# Knobs: PB_A, PB_B (required); PB_AB_ARGS (extra `run` arguments for both, e.g.
-# "--impl gdn=split"); PB_BUDGET (seconds; no scenario starts after it, and the table lists
+# Knobs: PB_A, PB_B (required; the same library twice compares two `run` settings);
+# PB_AB_ARGS (extra `run` arguments for both, e.g. "--impl gdn=split"); PB_A_ARGS, PB_B_ARGS
+# (extra arguments for one side only, e.g. PB_B_ARGS="--impl gdn=bf16" against the default:
+# the outputs then differ by design); PB_BUDGET (seconds; no scenario starts after it, and the table lists
 # it as 0 of 4 runs; default 480);
 # PB_BUNDLE, PB_BACKEND, PB_RUN_TIMEOUT, OUT as in device-lib.sh. Files in ${OUT:-results}/:
 # summary.txt (the table last), ab.txt (every run's log), json.tar.gz (the reports, packed into
@@ -21,10 +23,12 @@ set -uo pipefail
 [ $# -gt 0 ] || { echo "usage: PB_A=a.so PB_B=b.so $0 SCENARIO.yaml..." >&2; exit 2; }
 source "$(dirname "${BASH_SOURCE[0]}")/device-lib.sh"
 for lib in "$PB_A" "$PB_B"; do [ -f "$lib" ] || { echo "device-ab: no library $lib" >> "$S"; cat "$S"; exit 2; }; done
-echo "A = $PB_A, B = $PB_B, extra args: ${PB_AB_ARGS:-none}" >> "$S"
+echo "A = $PB_A ${PB_A_ARGS:-}, B = $PB_B ${PB_B_ARGS:-}, extra args: ${PB_AB_ARGS:-none}" >> "$S"
 jd="$O/json"
 mkdir -p "$jd"
 read -r -a extra <<< "${PB_AB_ARGS:-}"
+read -r -a extra_A <<< "${PB_A_ARGS:-}"
+read -r -a extra_B <<< "${PB_B_ARGS:-}"
 names=()
 for f in "$@"; do
   name=$(basename "$f" .yaml)
@@ -32,9 +36,10 @@ for f in "$@"; do
   [ "$(el)" -gt "${PB_BUDGET:-480}" ] && { echo "budget: skipped $f" >> "$S"; continue; }
   i=0
   for side in A B B A; do
-    lib=$PB_A
-    [ "$side" = B ] && lib=$PB_B
-    run1 ab.txt "$side $name" "$f" --kernels "$lib" ${extra[@]+"${extra[@]}"} --json "$jd/$name.$i.$side.json"
+    lib=$PB_A side_args=(${extra_A[@]+"${extra_A[@]}"})
+    [ "$side" = B ] && lib=$PB_B side_args=(${extra_B[@]+"${extra_B[@]}"})
+    run1 ab.txt "$side $name" "$f" --kernels "$lib" ${extra[@]+"${extra[@]}"} ${side_args[@]+"${side_args[@]}"} \
+      --json "$jd/$name.$i.$side.json"
     i=$((i + 1))
   done
 done
