@@ -42,6 +42,7 @@ struct GdnBf16Traits {
   static constexpr int kOutThreads = 128;   // 4 warps: 16 token rows each
   static constexpr int kOutCols = 128;      // v columns per out CTA
   static constexpr int kScanSplitBelow = 2;  // scan row blocks a SM below which two warps share one
+  static constexpr int kScanDeepStages = 4;  // the scan's ring where it has an SM to itself (else 2)
 };
 
 // kp: k_dim padded to the scan's templates; dvp: v_dim padded to 16 (one m-tile of v rows).
@@ -336,12 +337,12 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
 // ---- 2. scan: per (stream, v head, block of 16 NW v rows), NW row blocks of 16 v rows,
 // each held by KSP warps that split its k_dim columns (KSP = 2 where the batch has too
 // few row blocks to keep the SMs issuing). The chunk's W, K [64][KP + 8], U^T [16 NW][kCS]
-// and G [64] come a chunk ahead into the other of two buffers; with KSP = 2 the two
+// and G [64] come ST - 1 chunks ahead into a ring of ST buffers; with KSP = 2 the two
 // warps of a row block exchange their halves of b(S) W^T through X.
 // The same sums whatever KSP: b(S) W^T is always (first half of k_dim) + (second half),
 // each half a chain of m16n8k16 steps in k order, so KSP (which the batch picks) never
 // shows in a stream's bits.
-template <int KP, int NW, int KSP>
+template <int KP, int NW, int KSP, int ST>
 struct ScanSmem {
   static constexpr int KS = KP + 8;
   static constexpr int W = 0;                        // bf16 offsets in a buffer
@@ -349,14 +350,14 @@ struct ScanSmem {
   static constexpr int U = K + kC * KS;
   static constexpr int G = U + 16 * NW * kCS;        // 64 floats = 128 bf16
   static constexpr int buf = G + 2 * kC;
-  // after the two buffers, KSP > 1: float4 X[NW][KSP][8][32], the halves of b(S) W^T
-  static constexpr size_t bytes = 2 * sizeof(uint16_t) * buf + (KSP > 1 ? size_t(NW) * KSP * 8 * 32 * 16 : 0);
+  // after the ST buffers, KSP > 1: float4 X[NW][KSP][8][32], the halves of b(S) W^T
+  static constexpr size_t bytes = ST * sizeof(uint16_t) * buf + (KSP > 1 ? size_t(NW) * KSP * 8 * 32 * 16 : 0);
 };
 
-template <int KP, int NW, int KSP>
+template <int KP, int NW, int KSP, int ST>
 __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
   using namespace detail;
-  using L = ScanSmem<KP, NW, KSP>;
+  using L = ScanSmem<KP, NW, KSP, ST>;
   static_assert(KSP == 1 || KSP == 2, "a row block's k_dim splits in two at most");
   constexpr int KS = L::KS, NTH = 32 * NW * KSP;
   constexpr int KH = KP / 2;              // a half of k_dim's columns
@@ -377,8 +378,8 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
   const int vw = v0 + 16 * rb;              // the warp's first v row
   const int urows = max(0, min(16 * NW, dvp - v0));  // U^T rows that exist (the rest stay zero)
 
-  // U^T rows past dvp: zero in both buffers, once.
-  for (int e = tid; e < 2 * 16 * NW * (kC / 8); e += NTH) {
+  // U^T rows past dvp: zero in every buffer, once.
+  for (int e = tid; e < ST * 16 * NW * (kC / 8); e += NTH) {
     const int bu = e / (16 * NW * (kC / 8)), r = (e / (kC / 8)) % (16 * NW), c = 8 * (e % (kC / 8));
     if (r >= urows) *reinterpret_cast<uint4*>(sb + bu * L::buf + L::U + r * kCS + c) = make_uint4(0, 0, 0, 0);
   }
@@ -395,10 +396,10 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
   const uint32_t u_bytes = urows * kCS * 2;
 #ifdef PB_WGMMA_ENABLED
   // One thread brings a chunk in with four bulk copies, counted on the buffer's mbarrier.
-  __shared__ __align__(8) uint64_t full[2];
+  __shared__ __align__(8) uint64_t full[ST];
   if (tid == 0) {
-    mbar_init(smem_u32(&full[0]), 1);
-    mbar_init(smem_u32(&full[1]), 1);
+#pragma unroll
+    for (int b = 0; b < ST; ++b) mbar_init(smem_u32(&full[b]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -414,7 +415,7 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
     bulk_copy_g2s(B + 2 * L::U, U, u_bytes, bar);
     bulk_copy_g2s(B + 2 * L::G, G, kC * 4, bar);
   };
-  auto landed = [&](int c) { mbar_wait(smem_u32(&full[c & 1]), (c >> 1) & 1); };
+  auto landed = [&](int c) { mbar_wait(smem_u32(&full[c % ST]), (c / ST) & 1); };
 #else
   auto fetch = [&](int c, int bu) {
     const uint16_t *W, *K, *U;
@@ -430,7 +431,7 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
     cp_async_commit();
   };
   auto landed = [&](int) {
-    cp_async_wait<1>();
+    cp_async_wait<ST - 1>();
     __syncthreads();
   };
 #endif
@@ -450,14 +451,20 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
     }
 
   __syncthreads();  // U^T's zero rows written before any chunk is read
-  if (nch > 0) fetch(0, 0);
-  for (int c = 0; c < nch; ++c) {
-    if (c + 1 < nch) fetch(c + 1, (c + 1) & 1);
+  // Chunks c + 1 .. c + ST - 1 are on their way while chunk c is worked on.
+  for (int c = 0; c < ST - 1; ++c) {
+    if (c < nch) fetch(c, c);
 #ifndef PB_WGMMA_ENABLED
-    else cp_async_commit();  // an empty group: landed() waits for all but the newest
+    else cp_async_commit();  // empty groups keep landed()'s count of the newest ST - 1
+#endif
+  }
+  for (int c = 0; c < nch; ++c) {
+    if (c + ST - 1 < nch) fetch(c + ST - 1, (c + ST - 1) % ST);
+#ifndef PB_WGMMA_ENABLED
+    else cp_async_commit();
 #endif
     landed(c);
-    const uint16_t* B = sb + (c & 1) * L::buf;
+    const uint16_t* B = sb + (c % ST) * L::buf;
     const size_t ci = static_cast<size_t>(first + c);
     const size_t vh = (ci * p.num_v_heads + h) * dvp;  // row base of this (chunk, v head)'s [dvp][..] images
 
@@ -493,7 +500,7 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
     if constexpr (KSP == 1) {
       half_sw(X, HS, HS);
     } else {
-      float4* xs = reinterpret_cast<float4*>(sb + 2 * L::buf) + (rb * KSP) * 8 * 32 + lane;
+      float4* xs = reinterpret_cast<float4*>(sb + ST * L::buf) + (rb * KSP) * 8 * 32 + lane;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) xs[(part * 8 + nt) * 32] = make_float4(V[nt][0], V[nt][1], V[nt][2], V[nt][3]);
       __syncthreads();
@@ -684,25 +691,28 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
 // that still gives every SM a CTA; with one, each row block's k_dim split over two warps
 // (KSP) when the row blocks number fewer than kScanSplitBelow a SM.
 struct ScanShape {
-  int nw = 1, ksp = 1;
+  int nw = 1, ksp = 1, stages = 2;
 };
 ScanShape scan_shape(long long heads, int dvp) {
   const long long sms = detail::sm_count();
   for (const int nw : {4, 2})
-    if (heads * ((dvp + 16 * nw - 1) / (16 * nw)) >= sms) return {nw, 1};
-  return {1, heads * (dvp / 16) < GdnBf16Traits::kScanSplitBelow * sms ? 2 : 1};
+    if (heads * ((dvp + 16 * nw - 1) / (16 * nw)) >= sms) return {nw, 1, 2};
+  const long long rows = heads * (dvp / 16);  // row blocks, one a CTA
+  if (rows >= GdnBf16Traits::kScanSplitBelow * sms) return {1, 1, 2};
+  // One CTA a SM at most: the deep ring fits beside nothing.
+  return {1, 2, rows <= sms ? GdnBf16Traits::kScanDeepStages : 2};
 }
 
-template <int KP, int NW, int KSP>
+template <int KP, int NW, int KSP, int ST>
 cudaError_t launch_scan(cudaStream_t stream, unsigned grid, const Bf16Params& s) {
-  using L = ScanSmem<KP, NW, KSP>;
+  using L = ScanSmem<KP, NW, KSP, ST>;
   static bool configured = false;
   if (!configured) {
-    const cudaError_t e = detail::allow_smem(gdn_bf16_scan<KP, NW, KSP>, L::bytes);
+    const cudaError_t e = detail::allow_smem(gdn_bf16_scan<KP, NW, KSP, ST>, L::bytes);
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  gdn_bf16_scan<KP, NW, KSP><<<grid, 32 * NW * KSP, L::bytes, stream>>>(s);
+  gdn_bf16_scan<KP, NW, KSP, ST><<<grid, 32 * NW * KSP, L::bytes, stream>>>(s);
   return cudaGetLastError();
 }
 
@@ -717,10 +727,12 @@ cudaError_t launch_kp(cudaStream_t stream, const Bf16Params& s, unsigned chunks,
     configured = true;
   }
   gdn_bf16_prep<KP><<<dim3(chunks, heads_v), GdnBf16Traits::kPrepThreads, prep_smem(KP, s.dvp), stream>>>(s);
-  cudaError_t e = sh.nw == 4  ? launch_scan<KP, 4, 1>(stream, scan_grid, s)
-                  : sh.nw == 2  ? launch_scan<KP, 2, 1>(stream, scan_grid, s)
-                  : sh.ksp == 2 ? launch_scan<KP, 1, 2>(stream, scan_grid, s)
-                                : launch_scan<KP, 1, 1>(stream, scan_grid, s);
+  constexpr int DS = GdnBf16Traits::kScanDeepStages;
+  cudaError_t e = sh.nw == 4       ? launch_scan<KP, 4, 1, 2>(stream, scan_grid, s)
+                  : sh.nw == 2     ? launch_scan<KP, 2, 1, 2>(stream, scan_grid, s)
+                  : sh.ksp == 1    ? launch_scan<KP, 1, 1, 2>(stream, scan_grid, s)
+                  : sh.stages == 2 ? launch_scan<KP, 1, 2, 2>(stream, scan_grid, s)
+                                   : launch_scan<KP, 1, 2, DS>(stream, scan_grid, s);
   if (e != cudaSuccess) return e;
   const int vblocks = (s.dvp + GdnBf16Traits::kOutCols - 1) / GdnBf16Traits::kOutCols;
   gdn_bf16_out<KP><<<dim3(chunks, heads_v * vblocks), GdnBf16Traits::kOutThreads, out_smem(KP), stream>>>(s);
