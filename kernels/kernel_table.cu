@@ -103,7 +103,10 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
 // co-batched, which the invariance check rightly fails (their sums differ in order).
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
 // The bf16 split (gdn_bf16.cu, fla's arithmetic, declared bf16-chunk64) only when asked
-// for (`--impl gdn=bf16`): it trades the tf32 kernels' precision for bf16 operands.
+// for (`--impl gdn=bf16`): it trades the tf32 kernels' precision for bf16 operands. No auto
+// rule by shape: at 2 / 8 heads, d128 it is 1.45-1.71x the chunked walk on 2 x 4096, mixed
+// 7..8192 and 1 x 65536, but 0.62x on 32 x 512, and it loses at 4 / 16 and 8 / 16 on every
+// batch measured (kernels/PERF-NOTES.md "Session 44", H100).
 bool gdn_bf16(const Ctx& c, const LayerShape& shape) { return c.gdn == "bf16" && gdn_bf16_supports(shape); }
 // The warp-specialized kernel (attention_ws.cu) when asked for or under auto, where
 // the shape and device allow it; its q-tiles are its own (attention_tile_rows).
