@@ -5,7 +5,9 @@
 // entering it ([v_dim][k_dim]), b() = round to bf16:
 //   1. prep, per (chunk, v head): q, k L2-normalised and stored as b(q), b(k) (the
 //      group's first v head writes the k head's images); A_ij = beta_i e^{G_i-G_j}
-//      k_i.k_j (j < i); T = (I + A)^-1 by forward substitution in fp32, rounded b(T);
+//      k_i.k_j (j < i); T = (I + A)^-1 in fp32 blockwise (fla's solve_tril form: the four
+//      16 x 16 diagonal blocks by forward substitution, the blocks below them by products),
+//      rounded b(T);
 //      U^T = b(b(beta v)^T b(T)^T) and W = b(b(T) b(beta e^G k));
 //   2. scan, per (stream, v head, 16 NW v rows), chunks in order, each warp holding 16
 //      rows of S in its accumulators: b(S) stored (the chunk's entering state),
@@ -13,7 +15,9 @@
 //   3. out, per (chunk, v head, 128 v columns): o = e^G (Q b(S)^T) + M b(V) with
 //      M = b(e^{G_i-G_j} q.k) (j <= i), out = b(o / sqrt(k_dim)).
 // Every product's operands are bf16 and its sums fp32, so only the order of the fp32
-// sums differs from the lp (which the tolerance allows: docs/TOLERANCES.md). The scan's
+// sums differs from the lp (which the tolerance allows: docs/TOLERANCES.md), and T's
+// block merge, where the lp substitutes over all 64 rows: both forms are fp32-accurate
+// before b(T), as TOLERANCES.md's bf16-chunk64 section says of fla's. The scan's
 // chain stays in registers: S's accumulators, packed to bf16, are the A operand of
 // b(S) W^T, and V's accumulators, scaled and packed, the A operand of E^T K.
 // Invariants: grid sizes from total_tokens, batch_size and the shape only; the chunk
@@ -39,6 +43,7 @@ constexpr int kAS = kC + 8;        // stride (fp32) of A^T, rows padded so the 4
 // Tuning knobs in one place.
 struct GdnBf16Traits {
   static constexpr int kPrepThreads = 256;  // 8 warps
+  static constexpr int kPrepCtas = 3;       // prep CTAs an SM (73 KB of shared memory at d128)
   static constexpr int kOutThreads = 128;   // 4 warps: 16 token rows each
   static constexpr int kOutCols = 128;      // v columns per out CTA
   static constexpr int kScanSplitBelow = 2;  // scan row blocks a SM below which two warps share one
@@ -93,19 +98,35 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
   a[2] = detail::pack2(c1[0] * x2, c1[1] * x3);
   a[3] = detail::pack2(c1[2] * x2, c1[3] * x3);
 }
+// e / d and e % d for e = e0, e0 + step, ... (step > 0), one division up front instead of
+// one a step: q, r the quotient and remainder of the current e.
+struct DivWalk {
+  int q, r;
+  const int d, dq, dr;
+  __device__ DivWalk(int e0, int step, int d_) : q(e0 / d_), r(e0 % d_), d(d_), dq(step / d_), dr(step % d_) {}
+  __device__ void next() {
+    q += dq;
+    r += dr;
+    if (r >= d) r -= d, ++q;
+  }
+};
 __device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
-// ---- 1. prep: per (chunk, v head), 8 warps. Shared: K [64][kp + 8] b(k); A^T [64][kAS]
-// fp32 (A^T[j][i] = A_ij); T [64][kCS] b(T); R [64][dvp + kp + 8] = [b(beta v) | b(beta e^G k)];
-// G, beta [64].
-__host__ __device__ inline int prep_rs(int kp, int dvp) { return dvp + kp + 8; }
+// ---- 1. prep: per (chunk, v head), 8 warps. Shared: K [64][kp + 8] b(k), then in place
+// b(beta e^G b(k)); A^T [64][kAS] fp32 (A^T[j][i] = A_ij), then b(T) [64][kCS] over it; V [64][dvp + 8]
+// v by cp.async, issued first so its latency overlaps q's and k's, then in place b(beta v);
+// G, beta [64]; T [64][kTS] fp32 and X [3][16][kXS] fp32 for the blockwise inverse.
+__host__ __device__ inline int prep_vs(int dvp) { return dvp + 8; }
+constexpr int kTS = kC + 4;  // stride (fp32) of the prep's fp32 T
+constexpr int kXS = 17;      // stride (fp32) of a 16 x 16 block of X
 inline size_t prep_smem(int kp, int dvp) {
-  return 2 * (size_t(kC) * (kp + 8) + size_t(kC) * kCS + size_t(kC) * prep_rs(kp, dvp)) + 4 * (size_t(kC) * kAS + 2 * kC);
+  return 2 * (size_t(kC) * (kp + 8) + size_t(kC) * prep_vs(dvp)) +
+         4 * (size_t(kC) * kAS + 2 * kC + size_t(kC) * kTS + 3 * 16 * kXS);
 }
 
 template <int KP>
-__global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf16Params s) {
+__global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kPrepCtas) gdn_bf16_prep(Bf16Params s) {
   using namespace detail;
   constexpr int KS = KP + 8, NT = GdnBf16Traits::kPrepThreads;
   const GdnParams& p = s.p;
@@ -114,16 +135,30 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
   if (!gdn_chunk_cta(p, s.list, kC, cc, item)) return;
   const GdnChunkItem it = cc.it;
   const int t0 = it.t0, n = cc.n;
-  const int dk = p.k_dim, dv = p.v_dim, dvp = s.dvp, RS = prep_rs(KP, dvp);
+  const int dk = p.k_dim, dv = p.v_dim, dvp = s.dvp, VS = prep_vs(dvp);
   const int group = p.num_v_heads / p.num_k_heads, kh = h / group;
   extern __shared__ __align__(16) unsigned char smraw[];
   float* A_t = reinterpret_cast<float*>(smraw);      // [64][kAS]
   float* G_s = A_t + kC * kAS;                        // [64]
   float* B_s = G_s + kC;                              // [64]
   uint16_t* K_s = reinterpret_cast<uint16_t*>(B_s + kC);  // [64][KS]
-  uint16_t* T_s = K_s + kC * KS;                      // [64][kCS]
-  uint16_t* R_s = T_s + kC * kCS;                     // [64][RS]
+  uint16_t* T_s = reinterpret_cast<uint16_t*>(A_t);   // [64][kCS], once A is read for the last time
+  uint16_t* V_s = K_s + kC * KS;                      // [64][VS]
+  float* Tf = reinterpret_cast<float*>(V_s + kC * VS);  // [64][kTS]
+  float* X_s = Tf + kC * kTS;                            // [3][16][kXS]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  // v, 16-byte pieces by cp.async (zero past n and v_dim), in flight while q and k load.
+  for (DivWalk w(tid, NT, dvp / 8); w.q < kC; w.next()) {
+    const int i = w.q, c = 8 * w.r;
+    uint16_t* piece = V_s + i * VS + c;
+    if (i < n && c < dv)
+      cp_async16(smem_u32(piece), p.conv_out + static_cast<size_t>(t0 + i) * p.conv_dim +
+                                      static_cast<size_t>(2 * p.num_k_heads) * dk + static_cast<size_t>(h) * dv + c);
+    else
+      *reinterpret_cast<uint4*>(piece) = make_uint4(0, 0, 0, 0);
+  }
+  cp_async_commit();
 
   // The gates (warp 0; lane l: tokens 2l, 2l + 1; g = 0, beta = 0 past n), G's image.
   if (warp == 0) {
@@ -195,6 +230,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
       }
     }
   }
+  cp_async_wait<0>();
   __syncthreads();
 
   // A^T: warp w the 16 x 32 block (rows 16 (w / 2), columns 32 (w % 2)) of K K^T, beta_i
@@ -226,63 +262,83 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
   }
   __syncthreads();
 
+  // T = (I + A)^-1 blockwise (fla's solve_tril form), in fp32: the four 16 x 16 diagonal
+  // blocks T_dd = (I + A_dd)^-1 by forward substitution here, then below
+  // T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj by block diagonals. A_ij is read only for j < i.
+  auto A_at = [&](int i, int j) { return A_t[j * kAS + i + 4 * (i >> 5)]; };
   if (warp < 2) {
-    // T = (I + A)^-1, a column a lane (lane c = 32 warp + lane) with the 64 rows in
-    // registers: x_r -= A_rj x_j for j ascending (the lp's order), A's column j read as
-    // broadcast float4s; steps j < 32 skipped by warp 1 (x_j = 0 there).
-    const int c = 32 * warp + lane;
-    float x[kC];
+    // lane l of warps 0-1: block d = l / 16, its column c = l % 16, the 16 rows in registers:
+    // x_r -= A_rj x_j for j ascending (the lp's order inside the block).
+    const int d0 = 16 * ((32 * warp + lane) >> 4), c = lane & 15;
+    float x[16];
 #pragma unroll
-    for (int r = 0; r < kC; ++r) x[r] = r == c ? 1.f : 0.f;
+    for (int r = 0; r < 16; ++r) x[r] = r == c ? 1.f : 0.f;
 #pragma unroll
-    for (int j = 0; j < kC - 1; ++j) {
-      if (warp == 1 && j < 32) continue;  // warp-uniform
+    for (int j = 0; j < 15; ++j) {
       const float xj = x[j];
-      const float* col = A_t + j * kAS;
 #pragma unroll
-      for (int r4 = (j + 1) / 4; r4 < kC / 4; ++r4) {
-        const float4 a = *reinterpret_cast<const float4*>(col + 4 * r4 + 4 * (r4 >> 3));
-        const float av[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (4 * r4 + e > j) x[4 * r4 + e] = fmaf(-av[e], xj, x[4 * r4 + e]);
-      }
+      for (int r = j + 1; r < 16; ++r) x[r] = fmaf(-A_at(d0 + r, d0 + j), xj, x[r]);
     }
 #pragma unroll
-    for (int r = 0; r < kC; ++r) T_s[r * kCS + c] = float_to_bf16(x[r]);
+    for (int r = 0; r < 16; ++r) Tf[(d0 + r) * kTS + d0 + c] = x[r];
   } else {
-    // R = [b(beta v) | b(beta e^G b(k))] (zero past n, v_dim, k_dim), 8 columns a piece,
-    // by warps 2-7 while warps 0 and 1 substitute.
+    // b(beta v) over V and b(beta e^G b(k)) over K, in place, 8 columns a piece, by warps
+    // 2-7 while warps 0 and 1 invert the diagonal blocks. V past n and v_dim stays zero as it landed.
     const int VP = dvp / 8, PC = VP + KP / 8;
-    for (int e = tid - 64; e < kC * PC; e += NT - 64) {
-      const int i = e / PC, pc = e % PC;
-      float b[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (DivWalk w(tid - 64, NT - 64, PC); w.q < kC; w.next()) {
+      const int i = w.q, pc = w.r;
+      uint16_t* piece;
+      float sc;
       if (pc < VP) {
-        const int c = 8 * pc;
-        if (i < n && c < dv) {
-          const uint4 raw = *reinterpret_cast<const uint4*>(p.conv_out + static_cast<size_t>(t0 + i) * p.conv_dim +
-                                                             static_cast<size_t>(2 * p.num_k_heads) * dk +
-                                                             static_cast<size_t>(h) * dv + c);
-          unpack8(raw, b);
-#pragma unroll
-          for (int x = 0; x < 8; ++x) b[x] *= B_s[i];
-        }
+        if (i >= n || 8 * pc >= dv) continue;
+        piece = V_s + i * VS + 8 * pc;
+        sc = B_s[i];
       } else {
-        const int c = 8 * (pc - VP);
-        const float sc = B_s[i] * expf(G_s[i]);  // beta = 0 past n
-        unpack8(*reinterpret_cast<const uint4*>(K_s + i * (KP + 8) + c), b);
-#pragma unroll
-        for (int x = 0; x < 8; ++x) b[x] *= sc;
+        piece = K_s + i * KS + 8 * (pc - VP);
+        sc = B_s[i] * expf(G_s[i]);  // beta = 0 past n
       }
-      *reinterpret_cast<uint4*>(R_s + i * RS + 8 * pc) =
+      float b[8];
+      unpack8(*reinterpret_cast<const uint4*>(piece), b);
+#pragma unroll
+      for (int x = 0; x < 8; ++x) b[x] *= sc;
+      *reinterpret_cast<uint4*>(piece) =
           make_uint4(pack2(b[0], b[1]), pack2(b[2], b[3]), pack2(b[4], b[5]), pack2(b[6], b[7]));
     }
   }
   __syncthreads();
+  // Block diagonal d: the blocks (i, i - d), i = d..3, each element (r, c) by one thread:
+  // X = sum_{m = 16 j}^{16 i - 1} A_{16 i + r, m} T_{m, 16 j + c}, then T = -T_ii X (m ascending).
+  for (int d = 1; d < 4; ++d) {
+    const int nb = 4 - d;
+    for (int e = tid; e < nb * 256; e += NT) {
+      const int bi = e >> 8, r = (e >> 4) & 15, c = e & 15, i = d + bi, j = i - d;
+      const int row = 16 * i + r, col = 16 * j + c;
+      float acc = 0.f;
+      for (int m = 16 * j; m < 16 * i; ++m) acc = fmaf(A_at(row, m), Tf[m * kTS + col], acc);
+      X_s[(bi * 16 + r) * kXS + c] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < nb * 256; e += NT) {
+      const int bi = e >> 8, r = (e >> 4) & 15, c = e & 15, i = d + bi, j = i - d;
+      const float* Tii = Tf + (16 * i + r) * kTS + 16 * i;
+      float acc = 0.f;
+#pragma unroll
+      for (int m = 0; m < 16; ++m)
+        if (m <= r) acc = fmaf(Tii[m], X_s[(bi * 16 + m) * kXS + c], acc);
+      Tf[(16 * i + r) * kTS + 16 * j + c] = -acc;
+    }
+    __syncthreads();
+  }
+  // b(T), zero above the diagonal blocks (inside them the substitution left zeros).
+  for (int e = tid; e < kC * kC; e += NT) {
+    const int r = e / kC, c = e % kC;
+    T_s[r * kCS + c] = (c >> 4) > (r >> 4) ? uint16_t(0) : float_to_bf16(Tf[r * kTS + c]);
+  }
+  __syncthreads();
 
   const int g = lane >> 2, t = lane & 3;
-  const uint32_t tb = smem_u32(T_s), rb = smem_u32(R_s);
-  // U^T = R_v^T T^T: m = v rows (dvp / 16 tiles, one a warp in turn), n = the 64 tokens i,
+  const uint32_t tb = smem_u32(T_s), vb = smem_u32(V_s), kb = smem_u32(K_s);
+  // U^T = V^T T^T: m = v rows (dvp / 16 tiles, one a warp in turn), n = the 64 tokens i,
   // k = tokens j (T^T[j][i] = 0 for j > i: k-step ks skipped for token pairs np < ks).
   const size_t ut = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * dvp * kCS;
   for (int mt = warp; mt < dvp / 16; mt += NT / 32) {
@@ -290,7 +346,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       uint32_t a[4];
-      ld_a_km(a, rb, RS, 16 * mt, 16 * ks);
+      ld_a_km(a, vb, VS, 16 * mt, 16 * ks);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         if (np < ks) continue;
@@ -306,7 +362,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
         *reinterpret_cast<uint32_t*>(s.Ut + ut + (16 * mt + g + 8 * hr) * kCS + 8 * nt + 2 * t) =
             pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
   }
-  // W = T R_k: warp w the token tile w % 4 and half w / 4 of k_dim's n-tiles (k-steps
+  // W = T K (K by now b(beta e^G b(k))): warp w the token tile w % 4 and half w / 4 of k_dim's n-tiles (k-steps
   // ks <= the token tile: T is zero above the diagonal).
   {
     constexpr int HN = KP / 16;  // n-tiles a half
@@ -320,7 +376,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads) gdn_bf16_prep(Bf1
 #pragma unroll
       for (int np = 0; np < HN / 2; ++np) {
         uint32_t b[4];
-        ld_b_kn(b, rb + 2 * dvp, RS, n0 + 16 * np, 16 * ks);
+        ld_b_kn(b, kb, KS, n0 + 16 * np, 16 * ks);
         mma2(acc[2 * np], acc[2 * np + 1], a, b);
       }
     }
