@@ -7,7 +7,7 @@
 //      group's first v head writes the k head's images); A_ij = beta_i e^{G_i-G_j}
 //      k_i.k_j (j < i); T = (I + A)^-1 in fp32 blockwise (fla's solve_tril form: the four
 //      16 x 16 diagonal blocks by forward substitution, the blocks below them by products),
-//      rounded b(T);
+//      rounded b(T); the scan's decays e^{G_63 - G_j}, e^{G_63} beside G;
 //      U^T = b(b(beta v)^T b(T)^T) and W = b(b(T) b(beta e^G k));
 //   2. scan, per (stream, v head, 16 NW v rows), chunks in order, each warp holding 16
 //      rows of S in its accumulators: b(S) stored (the chunk's entering state),
@@ -39,6 +39,9 @@ namespace {
 constexpr int kC = kGdnBf16Chunk;  // 64 tokens a chunk
 constexpr int kCS = kC + 8;        // stride (bf16) of [..][64] tiles: 144 bytes, ldmatrix conflict-free
 constexpr int kAS = kC + 8;        // stride (fp32) of A^T, rows padded so the 4 lanes of a column hit 4 bank groups
+// The G image of a (chunk, v head), fp32: G_j at [j], e^{G_63 - G_j} at [64 + j], e^{G_63}
+// at [128] (the scan's decays, computed once by the prep), pad to 16 bytes.
+constexpr int kGE = kC, kGL = 2 * kC, kGS = 2 * kC + 4;
 
 // Tuning knobs in one place.
 struct GdnBf16Traits {
@@ -175,9 +178,14 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
     G_s[i0] = x - g1;
     B_s[i0] = i0 < n ? p.beta[(t0 + i0) * hv + h] : 0.f;
     B_s[i1] = i1 < n ? p.beta[(t0 + i1) * hv + h] : 0.f;
-    float* Gi = s.G + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC;
+    float* Gi = s.G + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kGS;
     Gi[i0] = x - g1;
     Gi[i1] = x;
+    const float G_last = __shfl_sync(0xffffffffu, x, 31);  // G_63
+    Gi[kGE + i0] = expf(G_last - (x - g1));
+    Gi[kGE + i1] = expf(G_last - x);
+    if (lane == 0) Gi[kGL] = expf(G_last);
+    if (lane < kGS - kGL - 1) Gi[kGL + 1 + lane] = 0.f;
   }
   // q, k: 4 lanes a token, 16-byte pieces; inverse norms as qk_inv_norms (eps 1e-6 inside
   // the sqrt); b(k) into K_s, and b(q), b(k) to the k head's images by the group's first
@@ -393,7 +401,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
 // ---- 2. scan: per (stream, v head, block of 16 NW v rows), NW row blocks of 16 v rows,
 // each held by KSP warps that split its k_dim columns (KSP = 2 where the batch has too
 // few row blocks to keep the SMs issuing). The chunk's W, K [64][KP + 8], U^T [16 NW][kCS]
-// and G [64] come ST - 1 chunks ahead into a ring of ST buffers; with KSP = 2 the two
+// and G [132] (with the decays) come ST - 1 chunks ahead into a ring of ST buffers; with KSP = 2 the two
 // warps of a row block exchange their halves of b(S) W^T through X.
 // The same sums whatever KSP: b(S) W^T is always (first half of k_dim) + (second half),
 // each half a chain of m16n8k16 steps in k order, so KSP (which the batch picks) never
@@ -404,8 +412,8 @@ struct ScanSmem {
   static constexpr int W = 0;                        // bf16 offsets in a buffer
   static constexpr int K = W + kC * KS;
   static constexpr int U = K + kC * KS;
-  static constexpr int G = U + 16 * NW * kCS;        // 64 floats = 128 bf16
-  static constexpr int buf = G + 2 * kC;
+  static constexpr int G = U + 16 * NW * kCS;        // kGS floats = 2 kGS bf16
+  static constexpr int buf = G + 2 * kGS;
   // after the ST buffers, KSP > 1: float4 X[NW][KSP][8][32], the halves of b(S) W^T
   static constexpr size_t bytes = ST * sizeof(uint16_t) * buf + (KSP > 1 ? size_t(NW) * KSP * 8 * 32 * 16 : 0);
 };
@@ -446,7 +454,7 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
     W = s.W + (ci * p.num_v_heads + h) * kC * KS;
     K = s.K + (ci * p.num_k_heads + kh) * kC * KS;
     U = s.Ut + ((ci * p.num_v_heads + h) * dvp + v0) * kCS;
-    G = s.G + (ci * p.num_v_heads + h) * kC;
+    G = s.G + (ci * p.num_v_heads + h) * kGS;
   };
   constexpr uint32_t kWK = kC * KS * 2;  // bytes of W's (and K's) image
   const uint32_t u_bytes = urows * kCS * 2;
@@ -465,11 +473,11 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
     const float* G;
     src(c, W, K, U, G);
     const uint32_t bar = smem_u32(&full[bu]), B = smem_u32(sb + bu * L::buf);
-    mbar_arrive_expect_tx(bar, 2 * kWK + u_bytes + kC * 4);
+    mbar_arrive_expect_tx(bar, 2 * kWK + u_bytes + kGS * 4);
     bulk_copy_g2s(B + 2 * L::W, W, kWK, bar);
     bulk_copy_g2s(B + 2 * L::K, K, kWK, bar);
     bulk_copy_g2s(B + 2 * L::U, U, u_bytes, bar);
-    bulk_copy_g2s(B + 2 * L::G, G, kC * 4, bar);
+    bulk_copy_g2s(B + 2 * L::G, G, kGS * 4, bar);
   };
   auto landed = [&](int c) { mbar_wait(smem_u32(&full[c % ST]), (c / ST) & 1); };
 #else
@@ -483,7 +491,7 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
       cp_async16(smem_u32(B + L::K + 8 * e), K + 8 * e);
     }
     for (int e = tid; e < int(u_bytes / 16); e += NTH) cp_async16(smem_u32(B + L::U + 8 * e), U + 8 * e);
-    for (int e = tid; e < kC / 4; e += NTH) cp_async16(smem_u32(B + L::G + 8 * e), G + 4 * e);
+    for (int e = tid; e < kGS / 4; e += NTH) cp_async16(smem_u32(B + L::G + 8 * e), G + 4 * e);
     cp_async_commit();
   };
   auto landed = [&](int) {
@@ -591,7 +599,7 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
             *reinterpret_cast<uint32_t*>(Vt + (g + 8 * hr) * kC + 8 * nt + 2 * t) = pack2(V[nt][2 * hr], V[nt][2 * hr + 1]);
     }
     // S = e^{G_last} S + E^T K, E^T = b(e^{G_last - G_j} V^T) from V's accumulators.
-    const float G_last = G_s[kC - 1], gl = expf(G_last);
+    const float gl = G_s[kGL];  // e^{G_last}, and below e^{G_last - G_j}, from the prep
 #pragma unroll
     for (int nt = 0; nt < KT; ++nt)
 #pragma unroll
@@ -600,8 +608,7 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
     for (int ks = 0; ks < 4; ++ks) {
       const int j = 16 * ks + 2 * t;
       uint32_t ea[4];
-      acc_to_a(ea, V[2 * ks], V[2 * ks + 1], expf(G_last - G_s[j]), expf(G_last - G_s[j + 1]),
-               expf(G_last - G_s[j + 8]), expf(G_last - G_s[j + 9]));
+      acc_to_a(ea, V[2 * ks], V[2 * ks + 1], G_s[kGE + j], G_s[kGE + j + 1], G_s[kGE + j + 8], G_s[kGE + j + 9]);
 #pragma unroll
       for (int np = 0; np < KT / 2; ++np) {
         uint32_t b[4];
@@ -626,10 +633,12 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
 }
 
 // ---- 3. out: per (chunk, v head, block of OC = kOutCols v columns), 4 warps of 16
-// token rows. Shared: Q, K [64][KP + 8], b(S) [OC v][KP + 8], b(V)^T [OC v][kCS], G [64].
-inline size_t out_smem(int kp) {
-  constexpr size_t OC = GdnBf16Traits::kOutCols;
-  return 2 * ((2 * kC + OC) * (kp + 8) + OC * kCS) + 4 * kC;
+// token rows. Shared: Q, K [64][KP + 8], b(S) [oc v][KP + 8], b(V)^T [oc v][kCS], G [64],
+// oc = min(OC, dvp): a narrow v_dim reserves only its own columns.
+__host__ __device__ inline int out_cols(int dvp) { return dvp < GdnBf16Traits::kOutCols ? dvp : GdnBf16Traits::kOutCols; }
+inline size_t out_smem(int kp, int dvp) {
+  const size_t oc = out_cols(dvp);
+  return 2 * ((2 * kC + oc) * (kp + 8) + oc * kCS) + 4 * kC;
 }
 
 template <int KP>
@@ -647,9 +656,10 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
   extern __shared__ __align__(16) uint16_t so[];
   uint16_t* Q_s = so;
   uint16_t* K_s = Q_s + kC * KS;
-  uint16_t* S_s = K_s + kC * KS;   // [OC][KS]
-  uint16_t* V_s = S_s + OC * KS;   // [OC][kCS]
-  float* G_s = reinterpret_cast<float*>(V_s + OC * kCS);
+  const int oc = out_cols(dvp);
+  uint16_t* S_s = K_s + kC * KS;   // [oc][KS]
+  uint16_t* V_s = S_s + oc * KS;   // [oc][kCS]
+  float* G_s = reinterpret_cast<float*>(V_s + oc * kCS);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const size_t ci = static_cast<size_t>(it.chunk);
   {
@@ -669,7 +679,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
       const int r = e / (kC / 8), x = 8 * (e % (kC / 8));
       cp_async16(smem_u32(V_s + r * kCS + x), Vt + r * kC + x);
     }
-    const float* G = s.G + (ci * p.num_v_heads + h) * kC;
+    const float* G = s.G + (ci * p.num_v_heads + h) * kGS;
     for (int e = tid; e < kC / 4; e += NTH) cp_async16(smem_u32(G_s + 4 * e), G + 4 * e);
     cp_async_commit();
     cp_async_wait<0>();
@@ -778,7 +788,7 @@ cudaError_t launch_kp(cudaStream_t stream, const Bf16Params& s, unsigned chunks,
   static bool configured = false;
   if (!configured) {
     cudaError_t e = detail::allow_smem(gdn_bf16_prep<KP>, prep_smem(KP, 256));
-    if (e == cudaSuccess) e = detail::allow_smem(gdn_bf16_out<KP>, out_smem(KP));
+    if (e == cudaSuccess) e = detail::allow_smem(gdn_bf16_out<KP>, out_smem(KP, GdnBf16Traits::kOutCols));
     if (e != cudaSuccess) return e;
     configured = true;
   }
@@ -791,7 +801,7 @@ cudaError_t launch_kp(cudaStream_t stream, const Bf16Params& s, unsigned chunks,
                                    : launch_scan<KP, 1, 2, DS>(stream, scan_grid, s);
   if (e != cudaSuccess) return e;
   const int vblocks = (s.dvp + GdnBf16Traits::kOutCols - 1) / GdnBf16Traits::kOutCols;
-  gdn_bf16_out<KP><<<dim3(chunks, heads_v * vblocks), GdnBf16Traits::kOutThreads, out_smem(KP), stream>>>(s);
+  gdn_bf16_out<KP><<<dim3(chunks, heads_v * vblocks), GdnBf16Traits::kOutThreads, out_smem(KP, s.dvp), stream>>>(s);
   return cudaGetLastError();
 }
 
@@ -810,7 +820,7 @@ GdnBf16Layout gdn_bf16_layout(const LayerShape& shape, uint32_t total_tokens, ui
   l.Vt = l.Ut + gdn_round256(C * Hv * dvp * kCS * 2);
   l.S = l.Vt + gdn_round256(C * Hv * dvp * kC * 2);
   l.G = l.S + gdn_round256(C * Hv * dvp * kp * 2);
-  l.bytes = l.G + gdn_round256(C * Hv * kC * 4);
+  l.bytes = l.G + gdn_round256(C * Hv * kGS * 4);
   return l;
 }
 
