@@ -24,8 +24,9 @@ constexpr int kGdnBf16Chunk = 64;  // tokens per chunk (the lp's kGdnBf16ChunkTo
 // chunk list first, then per chunk index (bf16 unless said): Q and K [Hk][64][kp + 8],
 // W [Hv][64][kp + 8], U^T [Hv][dvp][72], b(V)^T [Hv][dvp][64], the entering state b(S)
 // [Hv][dvp][kp], G [Hv][132] fp32 (G_j, then e^{G_63 - G_j}, then e^{G_63}, padded; kp =
-// k_dim padded to 32, 64 or 128; dvp = v_dim padded to 16). The rows the scan and the out pass read into shared memory carry ldmatrix's
-// 16-byte pad already, so a chunk's image is one contiguous copy.
+// k_dim padded to 32, 64 or 128; dvp = v_dim padded to 16). The rows the scan and the out
+// pass read into shared memory carry ldmatrix's 16-byte pad already, so a chunk's image is
+// one contiguous copy.
 struct GdnBf16Layout {
   GdnChunkList list;
   uint64_t Q = 0, K = 0, W = 0, Ut = 0, Vt = 0, S = 0, G = 0, bytes = 0;
