@@ -119,13 +119,14 @@ __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 
 // ---- 1. prep: per (chunk, v head), 8 warps. Shared: K [64][kp + 8] b(k), then in place
 // b(beta e^G b(k)); A^T [64][kAS] fp32 (A^T[j][i] = A_ij), then b(T) [64][kCS] over it; V [64][dvp + 8]
 // v by cp.async, issued first so its latency overlaps q's and k's, then in place b(beta v);
-// G, beta [64]; T [64][kTS] fp32 and X [3][16][kXS] fp32 for the blockwise inverse.
+// G, beta, beta e^G [64]; T [64][kTS] fp32 and X [3][16][kXS] fp32 for the blockwise inverse
+// (both strides keep 4-float groups 16-byte aligned: the merge reads and writes them as float4).
 __host__ __device__ inline int prep_vs(int dvp) { return dvp + 8; }
 constexpr int kTS = kC + 4;  // stride (fp32) of the prep's fp32 T
-constexpr int kXS = 17;      // stride (fp32) of a 16 x 16 block of X
+constexpr int kXS = 20;      // stride (fp32) of a 16 x 16 block of X
 inline size_t prep_smem(int kp, int dvp) {
   return 2 * (size_t(kC) * (kp + 8) + size_t(kC) * prep_vs(dvp)) +
-         4 * (size_t(kC) * kAS + 2 * kC + size_t(kC) * kTS + 3 * 16 * kXS);
+         4 * (size_t(kC) * kAS + 3 * kC + size_t(kC) * kTS + 3 * 16 * kXS);
 }
 
 template <int KP>
@@ -144,7 +145,8 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
   float* A_t = reinterpret_cast<float*>(smraw);      // [64][kAS]
   float* G_s = A_t + kC * kAS;                        // [64]
   float* B_s = G_s + kC;                              // [64]
-  uint16_t* K_s = reinterpret_cast<uint16_t*>(B_s + kC);  // [64][KS]
+  float* E_s = B_s + kC;                              // [64] beta e^G, K's scale
+  uint16_t* K_s = reinterpret_cast<uint16_t*>(E_s + kC);  // [64][KS]
   uint16_t* T_s = reinterpret_cast<uint16_t*>(A_t);   // [64][kCS], once A is read for the last time
   uint16_t* V_s = K_s + kC * KS;                      // [64][VS]
   float* Tf = reinterpret_cast<float*>(V_s + kC * VS);  // [64][kTS]
@@ -176,8 +178,11 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
     }
     G_s[i1] = x;
     G_s[i0] = x - g1;
-    B_s[i0] = i0 < n ? p.beta[(t0 + i0) * hv + h] : 0.f;
-    B_s[i1] = i1 < n ? p.beta[(t0 + i1) * hv + h] : 0.f;
+    const float b0 = i0 < n ? p.beta[(t0 + i0) * hv + h] : 0.f, b1 = i1 < n ? p.beta[(t0 + i1) * hv + h] : 0.f;
+    B_s[i0] = b0;
+    B_s[i1] = b1;
+    E_s[i0] = b0 * expf(x - g1);  // beta = 0 past n
+    E_s[i1] = b1 * expf(x);
     float* Gi = s.G + (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kGS;
     Gi[i0] = x - g1;
     Gi[i1] = x;
@@ -303,7 +308,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
         sc = B_s[i];
       } else {
         piece = K_s + i * KS + 8 * (pc - VP);
-        sc = B_s[i] * expf(G_s[i]);  // beta = 0 past n
+        sc = E_s[i];
       }
       float b[8];
       unpack8(*reinterpret_cast<const uint4*>(piece), b);
@@ -314,33 +319,54 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
     }
   }
   __syncthreads();
-  // Block diagonal d: the blocks (i, i - d), i = d..3, each element (r, c) by one thread:
-  // X = sum_{m = 16 j}^{16 i - 1} A_{16 i + r, m} T_{m, 16 j + c}, then T = -T_ii X (m ascending).
+  // Block diagonal d: the blocks (i, i - d), i = d..3. X = sum_{m = 16 j}^{16 i - 1} A_{16 i + r, m}
+  // T_{m, 16 j + c}, a thread 4 rows r of one column c (A^T's 4 rows one float4); then
+  // T = -T_ii X, a thread one row r and 4 columns (X's 4 columns one float4). Each element's
+  // sum runs m ascending, one fmaf at a time, whoever holds it.
+#pragma unroll
   for (int d = 1; d < 4; ++d) {
     const int nb = 4 - d;
-    for (int e = tid; e < nb * 256; e += NT) {
-      const int bi = e >> 8, r = (e >> 4) & 15, c = e & 15, i = d + bi, j = i - d;
-      const int row = 16 * i + r, col = 16 * j + c;
-      float acc = 0.f;
-      for (int m = 16 * j; m < 16 * i; ++m) acc = fmaf(A_at(row, m), Tf[m * kTS + col], acc);
-      X_s[(bi * 16 + r) * kXS + c] = acc;
+    for (int e = tid; e < nb * 64; e += NT) {
+      const int bi = e >> 6, r0 = 4 * ((e >> 4) & 3), c = e & 15, i = d + bi, j = i - d;
+      const int row0 = 16 * i + r0, col = 16 * j + c;
+      float acc[4] = {};
+#pragma unroll
+      for (int m = 16 * j; m < 16 * j + 16 * d; ++m) {
+        const float4 a = *reinterpret_cast<const float4*>(A_t + m * kAS + row0 + 4 * (row0 >> 5));
+        const float tv = Tf[m * kTS + col];
+        acc[0] = fmaf(a.x, tv, acc[0]);
+        acc[1] = fmaf(a.y, tv, acc[1]);
+        acc[2] = fmaf(a.z, tv, acc[2]);
+        acc[3] = fmaf(a.w, tv, acc[3]);
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) X_s[(bi * 16 + r0 + q) * kXS + c] = acc[q];
     }
     __syncthreads();
-    for (int e = tid; e < nb * 256; e += NT) {
-      const int bi = e >> 8, r = (e >> 4) & 15, c = e & 15, i = d + bi, j = i - d;
+    for (int e = tid; e < nb * 64; e += NT) {
+      const int bi = e >> 6, r = (e >> 2) & 15, c0 = 4 * (e & 3), i = d + bi, j = i - d;
       const float* Tii = Tf + (16 * i + r) * kTS + 16 * i;
-      float acc = 0.f;
+      float acc[4] = {};
 #pragma unroll
       for (int m = 0; m < 16; ++m)
-        if (m <= r) acc = fmaf(Tii[m], X_s[(bi * 16 + m) * kXS + c], acc);
-      Tf[(16 * i + r) * kTS + 16 * j + c] = -acc;
+        if (m <= r) {
+          const float tv = Tii[m];
+          const float4 x = *reinterpret_cast<const float4*>(X_s + (bi * 16 + m) * kXS + c0);
+          acc[0] = fmaf(tv, x.x, acc[0]);
+          acc[1] = fmaf(tv, x.y, acc[1]);
+          acc[2] = fmaf(tv, x.z, acc[2]);
+          acc[3] = fmaf(tv, x.w, acc[3]);
+        }
+      *reinterpret_cast<float4*>(Tf + (16 * i + r) * kTS + 16 * j + c0) = make_float4(-acc[0], -acc[1], -acc[2], -acc[3]);
     }
     __syncthreads();
   }
-  // b(T), zero above the diagonal blocks (inside them the substitution left zeros).
-  for (int e = tid; e < kC * kC; e += NT) {
-    const int r = e / kC, c = e % kC;
-    T_s[r * kCS + c] = (c >> 4) > (r >> 4) ? uint16_t(0) : float_to_bf16(Tf[r * kTS + c]);
+  // b(T), zero above the diagonal blocks (inside them the substitution left zeros), two
+  // columns a thread.
+  for (int e = tid; e < kC * kC / 2; e += NT) {
+    const int r = e >> 5, c = 2 * (e & 31);
+    const float2 v = *reinterpret_cast<const float2*>(Tf + r * kTS + c);
+    *reinterpret_cast<uint32_t*>(T_s + r * kCS + c) = (c >> 4) > (r >> 4) ? 0u : pack2(v.x, v.y);
   }
   __syncthreads();
 
