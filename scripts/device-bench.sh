@@ -24,7 +24,9 @@
 # PB_GDN_IMPLS (the gdn variants whose table step 6 prints beside fla, words: default "auto";
 # "auto bf16" adds the bf16 split), FLA_PARENT, PB_FLA_SHAPES (a subset of peer_fla.py's shape
 # names), PB_FLA_TIMEOUT (default 480 s:
-# fla autotunes every shape on its first calls, 30-60 s a shape on the H200).
+# fla autotunes every shape on its first calls, 30-60 s a shape on the H200), PB_KERNELS (a
+# kernel library, docs/KERNEL-ABI.md, that steps 4 and 6 run through `--kernels`: a user's
+# library, or a build of ours other than the bundle's; default: the CUDA backend's own).
 set -uo pipefail
 B="${PB_BUNDLE:-$PWD/bundle}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -33,6 +35,11 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 work="$(mktemp -d)"
 skip=" ${PB_SKIP:-} "
+kern=()
+if [ -n "${PB_KERNELS:-}" ]; then
+  [ -f "$PB_KERNELS" ] || { echo "device-bench: PB_KERNELS: no library $PB_KERNELS" >&2; exit 2; }
+  kern=(--kernels "$(cd "$(dirname "$PB_KERNELS")" && pwd)/$(basename "$PB_KERNELS")")
+fi
 # One timing protocol for ours and the peers (bench/bench_protocol.h says what it is):
 # pb_bench_cuda, pb_bench_gdn_cuda, peer_torch.py and peer_fla.py get the same flags.
 proto=(--rest-ms "${PB_REST_MS:-250}" --warmup "${PB_WARMUP:-3}" --samples "${PB_SAMPLES:-20}" --l2 "${PB_L2:-cold}")
@@ -102,7 +109,7 @@ if [[ "$skip" != *" harness "* ]] && [ -x "$B/prefill-bench" ]; then
     [ -f "$f" ] || continue
     for k in ${PB_HARNESS_KERNELS:-mma fp32}; do
       echo "--- $(basename "$f") --impl attention=$k" >> "$out/harness.txt"
-      timeout 200 "$B/prefill-bench" run "$f" --backend cuda --impl "attention=$k" --no-color >> "$out/harness.txt" 2>&1
+      timeout 200 "$B/prefill-bench" run "$f" --backend cuda ${kern[@]+"${kern[@]}"} --impl "attention=$k" --no-color >> "$out/harness.txt" 2>&1
       echo "exit $?" >> "$out/harness.txt"
     done
   done
@@ -130,7 +137,7 @@ if [[ "$skip" != *" fla "* ]]; then
     for f in "$work"/gdn-scenarios/*.yaml; do
       n="$(basename "$f" .yaml)"
       [ -n "${PB_FLA_SHAPES:-}" ] && [[ " $PB_FLA_SHAPES " != *" $n "* ]] && continue
-      timeout 200 "$B/prefill-bench" run "$f" --backend cuda --impl "gdn=$impl" --no-color \
+      timeout 200 "$B/prefill-bench" run "$f" --backend cuda ${kern[@]+"${kern[@]}"} --impl "gdn=$impl" --no-color \
         --json "$work/gdn-ours-$impl/$n.json" > "$work/gdn-ours-$impl/$n.txt" 2>&1
       echo "ours $n --impl gdn=$impl: exit $? [$(elapsed)]"
     done
@@ -144,7 +151,7 @@ if [[ "$skip" != *" fla "* ]]; then
   fi
   : > "$out/gdn-peer.txt"
   for impl in ${PB_GDN_IMPLS:-auto}; do
-    echo "ours: prefill-bench --impl gdn=$impl" | tee -a "$out/gdn-peer.txt"
+    echo "ours: prefill-bench --impl gdn=$impl ${kern[*]}" | tee -a "$out/gdn-peer.txt"
     python3 "$root/scripts/peer_fla.py" table --ours "$work/gdn-ours-$impl" --fla "$out/fla.json" | tee -a "$out/gdn-peer.txt"
   done
 fi
