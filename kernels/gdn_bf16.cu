@@ -129,6 +129,82 @@ inline size_t prep_smem(int kp, int dvp) {
          4 * (size_t(kC) * kAS + 3 * kC + size_t(kC) * kTS + 3 * 16 * kXS);
 }
 
+// ---- the prep's block merge (T = (I + A)^-1 below the diagonal blocks), by the CTA's
+// threads. Blocks (i, j), i > j, in the order (1,0) (2,1) (3,2) (2,0) (3,1) (3,0): the blocks
+// of step s (those with i - j >= s) are the list from kMergeFirst[s]; the first 4 - s of them
+// (i - j = s) are complete after the step.
+template <int R>
+__device__ __forceinline__ void ld_f(float (&v)[R], const float* p) {
+  if constexpr (R == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+  } else if constexpr (R == 2) {
+    const float2 x = *reinterpret_cast<const float2*>(p);
+    v[0] = x.x, v[1] = x.y;
+  } else {
+    v[0] = *p;
+  }
+}
+__device__ __forceinline__ int merge_first(int s) { return s == 1 ? 0 : s == 2 ? 3 : 5; }
+__device__ __forceinline__ int merge_i(int b) { return (0x332321 >> (4 * b)) & 15; }
+__device__ __forceinline__ int merge_j(int b) { return (0x010210 >> (4 * b)) & 15; }
+// Step s's sums, R rows of one column a thread (A^T's R rows one load): X_ij += sum over
+// m in block j + s - 1 of A_{16 i + r, m} T_{m, 16 j + c}; complete blocks to X [4 - s][16][kXS].
+template <int R>
+__device__ __forceinline__ void merge_x(const float* A_t, float* Tf, float* X_s, int s, int tid) {
+  constexpr int TB = 256 / R;  // tasks a block
+  const int b0 = merge_first(s), nd = 4 - s;
+  for (int e = tid; e < (6 - b0) * TB; e += GdnBf16Traits::kPrepThreads) {
+    const int blk = e / TB, le = e % TB, c = le & 15, r0 = R * (le >> 4);
+    const int i = merge_i(b0 + blk), j = merge_j(b0 + blk), kb = j + s - 1;
+    const int row0 = 16 * i + r0, col = 16 * j + c;
+    float acc[R];
+#pragma unroll
+    for (int q = 0; q < R; ++q) acc[q] = s == 1 ? 0.f : Tf[(row0 + q) * kTS + col];
+#pragma unroll
+    for (int m = 16 * kb; m < 16 * kb + 16; ++m) {
+      float a[R];
+      ld_f<R>(a, A_t + m * kAS + row0 + 4 * (row0 >> 5));
+      const float tv = Tf[m * kTS + col];
+#pragma unroll
+      for (int q = 0; q < R; ++q) acc[q] = fmaf(a[q], tv, acc[q]);
+    }
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      if (blk < nd)
+        X_s[(blk * 16 + r0 + q) * kXS + c] = acc[q];
+      else
+        Tf[(row0 + q) * kTS + col] = acc[q];
+    }
+  }
+}
+// Step s's complete blocks (s + b, b): T = -T_ii X, one row r and C columns a thread.
+template <int C>
+__device__ __forceinline__ void merge_t(float* Tf, const float* X_s, int s, int tid) {
+  constexpr int TB = 256 / C, RC = 16 / C;  // tasks a block, a row
+  for (int e = tid; e < (4 - s) * TB; e += GdnBf16Traits::kPrepThreads) {
+    const int blk = e / TB, le = e % TB, r = le / RC, c0 = C * (le % RC), i = s + blk;
+    const float* Tii = Tf + (16 * i + r) * kTS + 16 * i;
+    float acc[C] = {};
+#pragma unroll
+    for (int m = 0; m < 16; ++m)
+      if (m <= r) {
+        const float tv = Tii[m];
+        float x[C];
+        ld_f<C>(x, X_s + (blk * 16 + m) * kXS + c0);
+#pragma unroll
+        for (int q = 0; q < C; ++q) acc[q] = fmaf(tv, x[q], acc[q]);
+      }
+    float* dst = Tf + (16 * i + r) * kTS + 16 * blk + c0;
+    if constexpr (C == 4)
+      *reinterpret_cast<float4*>(dst) = make_float4(-acc[0], -acc[1], -acc[2], -acc[3]);
+    else if constexpr (C == 2)
+      *reinterpret_cast<float2*>(dst) = make_float2(-acc[0], -acc[1]);
+    else
+      *dst = -acc[0];
+  }
+}
+
 template <int KP>
 __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kPrepCtas) gdn_bf16_prep(Bf16Params s) {
   using namespace detail;
@@ -319,46 +395,20 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
     }
   }
   __syncthreads();
-  // Block diagonal d: the blocks (i, i - d), i = d..3. X = sum_{m = 16 j}^{16 i - 1} A_{16 i + r, m}
-  // T_{m, 16 j + c}, a thread 4 rows r of one column c (A^T's 4 rows one float4); then
-  // T = -T_ii X, a thread one row r and 4 columns (X's 4 columns one float4). Each element's
-  // sum runs m ascending, one fmaf at a time, whoever holds it.
+  // The blocks below the diagonal blocks, left-looking: step s = 1..3 adds to every block
+  // (i, j) with i - j >= s the term A_{i, j+s-1} T_{j+s-1, j} (T_{j+s-1, j} is complete since
+  // step s - 1); a block's partial sum waits in its own place in Tf, and once complete (i - j
+  // = s) goes to X, and T_ij = -T_ii X. Each element's sum still runs m ascending, one fmaf
+  // at a time, but the last steps' chains are 16 terms long, not 32 and 48.
 #pragma unroll
-  for (int d = 1; d < 4; ++d) {
-    const int nb = 4 - d;
-    for (int e = tid; e < nb * 64; e += NT) {
-      const int bi = e >> 6, r0 = 4 * ((e >> 4) & 3), c = e & 15, i = d + bi, j = i - d;
-      const int row0 = 16 * i + r0, col = 16 * j + c;
-      float acc[4] = {};
-#pragma unroll
-      for (int m = 16 * j; m < 16 * j + 16 * d; ++m) {
-        const float4 a = *reinterpret_cast<const float4*>(A_t + m * kAS + row0 + 4 * (row0 >> 5));
-        const float tv = Tf[m * kTS + col];
-        acc[0] = fmaf(a.x, tv, acc[0]);
-        acc[1] = fmaf(a.y, tv, acc[1]);
-        acc[2] = fmaf(a.z, tv, acc[2]);
-        acc[3] = fmaf(a.w, tv, acc[3]);
-      }
-#pragma unroll
-      for (int q = 0; q < 4; ++q) X_s[(bi * 16 + r0 + q) * kXS + c] = acc[q];
-    }
+  for (int s_ = 1; s_ < 4; ++s_) {
+    if (s_ == 1) merge_x<2>(A_t, Tf, X_s, s_, tid);
+    if (s_ == 2) merge_x<4>(A_t, Tf, X_s, s_, tid);
+    if (s_ == 3) merge_x<1>(A_t, Tf, X_s, s_, tid);
     __syncthreads();
-    for (int e = tid; e < nb * 64; e += NT) {
-      const int bi = e >> 6, r = (e >> 2) & 15, c0 = 4 * (e & 3), i = d + bi, j = i - d;
-      const float* Tii = Tf + (16 * i + r) * kTS + 16 * i;
-      float acc[4] = {};
-#pragma unroll
-      for (int m = 0; m < 16; ++m)
-        if (m <= r) {
-          const float tv = Tii[m];
-          const float4 x = *reinterpret_cast<const float4*>(X_s + (bi * 16 + m) * kXS + c0);
-          acc[0] = fmaf(tv, x.x, acc[0]);
-          acc[1] = fmaf(tv, x.y, acc[1]);
-          acc[2] = fmaf(tv, x.z, acc[2]);
-          acc[3] = fmaf(tv, x.w, acc[3]);
-        }
-      *reinterpret_cast<float4*>(Tf + (16 * i + r) * kTS + 16 * j + c0) = make_float4(-acc[0], -acc[1], -acc[2], -acc[3]);
-    }
+    if (s_ == 1) merge_t<4>(Tf, X_s, s_, tid);
+    if (s_ == 2) merge_t<2>(Tf, X_s, s_, tid);
+    if (s_ == 3) merge_t<1>(Tf, X_s, s_, tid);
     __syncthreads();
   }
   // b(T), zero above the diagonal blocks (inside them the substitution left zeros), two
