@@ -129,6 +129,10 @@ inline size_t prep_smem(int kp, int dvp) {
          4 * (size_t(kC) * kAS + 3 * kC + size_t(kC) * kTS + 3 * 16 * kXS);
 }
 
+// A_ij (j < i) in the prep's A^T tile: row j, column i + 4 (i / 32) (the pad keeps A^T's
+// fragment stores on 32 banks and 4-float groups 16-byte aligned).
+__device__ __forceinline__ int at_index(int i, int j) { return j * kAS + i + 4 * (i >> 5); }
+
 // ---- the prep's block merge (T = (I + A)^-1 below the diagonal blocks), by the CTA's
 // threads. Blocks (i, j), i > j, in the order (1,0) (2,1) (3,2) (2,0) (3,1) (3,0): the blocks
 // of step s (those with i - j >= s) are the list from kMergeFirst[s]; the first 4 - s of them
@@ -164,7 +168,7 @@ __device__ __forceinline__ void merge_x(const float* A_t, float* Tf, float* X_s,
 #pragma unroll
     for (int m = 16 * kb; m < 16 * kb + 16; ++m) {
       float a[R];
-      ld_f<R>(a, A_t + m * kAS + row0 + 4 * (row0 >> 5));
+      ld_f<R>(a, A_t + at_index(row0, m));
       const float tv = Tf[m * kTS + col];
 #pragma unroll
       for (int q = 0; q < R; ++q) acc[q] = fmaf(a[q], tv, acc[q]);
@@ -345,7 +349,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 16 * mt + g + 8 * (e >> 1), j = 32 * nh + 8 * nt + 2 * t + (e & 1);
-          if (j < i) A_t[j * kAS + i + 4 * (i >> 5)] = B_s[i] * expf(G_s[i] - G_s[j]) * acc[nt][e];
+          if (j < i) A_t[at_index(i, j)] = B_s[i] * expf(G_s[i] - G_s[j]) * acc[nt][e];
         }
     }
   }
@@ -354,7 +358,6 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
   // T = (I + A)^-1 blockwise (fla's solve_tril form), in fp32: the four 16 x 16 diagonal
   // blocks T_dd = (I + A_dd)^-1 by forward substitution here, then below
   // T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj by block diagonals. A_ij is read only for j < i.
-  auto A_at = [&](int i, int j) { return A_t[j * kAS + i + 4 * (i >> 5)]; };
   if (warp < 2) {
     // lane l of warps 0-1: block d = l / 16, its column c = l % 16, the 16 rows in registers:
     // x_r -= A_rj x_j for j ascending (the lp's order inside the block).
@@ -366,7 +369,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
     for (int j = 0; j < 15; ++j) {
       const float xj = x[j];
 #pragma unroll
-      for (int r = j + 1; r < 16; ++r) x[r] = fmaf(-A_at(d0 + r, d0 + j), xj, x[r]);
+      for (int r = j + 1; r < 16; ++r) x[r] = fmaf(-A_t[at_index(d0 + r, d0 + j)], xj, x[r]);
     }
 #pragma unroll
     for (int r = 0; r < 16; ++r) Tf[(d0 + r) * kTS + d0 + c] = x[r];
