@@ -135,7 +135,7 @@ __device__ __forceinline__ int at_index(int i, int j) { return j * kAS + i + 4 *
 
 // ---- the prep's block merge (T = (I + A)^-1 below the diagonal blocks), by the CTA's
 // threads. Blocks (i, j), i > j, in the order (1,0) (2,1) (3,2) (2,0) (3,1) (3,0): the blocks
-// of step s (those with i - j >= s) are the list from kMergeFirst[s]; the first 4 - s of them
+// of step s (those with i - j >= s) are the list from merge_first(s); the first 4 - s of them
 // (i - j = s) are complete after the step.
 template <int R>
 __device__ __forceinline__ void ld_f(float (&v)[R], const float* p) {
@@ -357,7 +357,8 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
 
   // T = (I + A)^-1 blockwise (fla's solve_tril form), in fp32: the four 16 x 16 diagonal
   // blocks T_dd = (I + A_dd)^-1 by forward substitution here, then below
-  // T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj by block diagonals. A_ij is read only for j < i.
+  // T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj, left-looking (merge_x, merge_t). A_ij is read only
+  // for j < i.
   if (warp < 2) {
     // lane l of warps 0-1: block d = l / 16, its column c = l % 16, the 16 rows in registers:
     // x_r -= A_rj x_j for j ascending (the lp's order inside the block).
