@@ -47,7 +47,8 @@ constexpr int kGE = kC, kGL = 2 * kC, kGS = 2 * kC + 4;
 struct GdnBf16Traits {
   static constexpr int kPrepThreads = 256;  // 8 warps
   static constexpr int kPrepCtas = 3;       // prep CTAs an SM (73 KB of shared memory at d128)
-  static constexpr int kOutThreads = 128;   // 4 warps: 16 token rows each
+  static constexpr int kOutWarps = 4;       // warps a column half of the out CTA: 16 token rows each
+  static constexpr int kOutHalvesAbove = 64;  // v columns (padded) above which the out CTA has two halves
   static constexpr int kOutCols = 128;      // v columns per out CTA
   static constexpr int kScanSplitBelow = 2;  // scan row blocks a SM below which two warps share one
   static constexpr int kScanDeepStages = 4;  // the scan's ring where it has an SM to itself (else 2)
@@ -712,19 +713,28 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
     }
 }
 
-// ---- 3. out: per (chunk, v head, block of OC = kOutCols v columns), 4 warps of 16
-// token rows. Shared: Q, K [64][KP + 8], b(S) [oc v][KP + 8], b(V)^T [oc v][kCS], G [64],
-// oc = min(OC, dvp): a narrow v_dim reserves only its own columns.
+// ---- 3. out: per (chunk, v head, block of OC = kOutCols v columns), HALVES x 4 warps: warp w
+// the 16 token rows of tile w % 4 and every HALVES-th 16-column pair from w / 4. With two
+// halves both form the rows' M (twice the Q K^T) for twice the warps to hide the copies' and
+// the mma chains' latency: 1.05x at v_dim 128, 0.97x at 64 (kernels/PERF-NOTES.md "Session
+// 47"), so two halves only above kOutHalvesAbove v columns. Every output's sums are the same
+// whatever HALVES. Shared: Q, K [64][KP + 8], b(S) [oc v][KP + 8], b(V)^T [oc v][kCS], G [64],
+// oc = min(OC, dvp): a narrow v_dim reserves only its own columns. Two copy groups: Q, K and G
+// first, so M = b(e^{G_i-G_j} q.k) forms while b(S) and b(V)^T are still landing.
 __host__ __device__ inline int out_cols(int dvp) { return dvp < GdnBf16Traits::kOutCols ? dvp : GdnBf16Traits::kOutCols; }
 inline size_t out_smem(int kp, int dvp) {
   const size_t oc = out_cols(dvp);
   return 2 * ((2 * kC + oc) * (kp + 8) + oc * kCS) + 4 * kC;
 }
 
-template <int KP>
-__global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16Params s) {
+__host__ __device__ inline int out_halves(int dvp) { return dvp > GdnBf16Traits::kOutHalvesAbove ? 2 : 1; }
+// Two halves: registers capped for two CTAs an SM at k_dim 128 (shared memory allows no more)
+// and three below (99 and 80 registers, no spill).
+template <int KP, int HALVES>
+__global__ void __launch_bounds__(32 * GdnBf16Traits::kOutWarps * HALVES, HALVES == 1 ? 0 : KP == 128 ? 2 : 3)
+    gdn_bf16_out(Bf16Params s) {
   using namespace detail;
-  constexpr int KS = KP + 8, OC = GdnBf16Traits::kOutCols, NTH = GdnBf16Traits::kOutThreads;
+  constexpr int KS = KP + 8, OC = GdnBf16Traits::kOutCols, NTH = 32 * GdnBf16Traits::kOutWarps * HALVES;
   const GdnParams& p = s.p;
   const int item = blockIdx.x, vblocks = (s.dvp + OC - 1) / OC, h = blockIdx.y / vblocks, vbk = blockIdx.y % vblocks;
   GdnChunkCta cc;
@@ -741,6 +751,10 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
   uint16_t* V_s = S_s + oc * KS;   // [oc][kCS]
   float* G_s = reinterpret_cast<float*>(V_s + oc * kCS);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  // the warp's token tile and column half (HALVES a compile-time constant: one half, no arithmetic)
+  static_assert(GdnBf16Traits::kOutWarps == 4, "a half's four warps: mt = warp & 3, half = warp >> 2");
+  const int mt = HALVES == 1 ? warp : warp & 3;
+  const int half = HALVES == 1 ? 0 : warp >> 2;
   const size_t ci = static_cast<size_t>(it.chunk);
   {
     const uint16_t* Q = s.Q + (ci * p.num_k_heads + kh) * kC * KS;
@@ -751,6 +765,9 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
       cp_async16(smem_u32(Q_s + 8 * e), Q + 8 * e);
       cp_async16(smem_u32(K_s + 8 * e), K + 8 * e);
     }
+    const float* G = s.G + (ci * p.num_v_heads + h) * kGS;
+    for (int e = tid; e < kC / 4; e += NTH) cp_async16(smem_u32(G_s + 4 * e), G + 4 * e);
+    cp_async_commit();  // group 1: Q, K, G, for M while b(S) and b(V)^T land
     for (int e = tid; e < vn * (KP / 8); e += NTH) {
       const int r = e / (KP / 8), x = 8 * (e % (KP / 8));
       cp_async16(smem_u32(S_s + r * KS + x), Sn + r * KP + x);
@@ -759,24 +776,22 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
       const int r = e / (kC / 8), x = 8 * (e % (kC / 8));
       cp_async16(smem_u32(V_s + r * kCS + x), Vt + r * kC + x);
     }
-    const float* G = s.G + (ci * p.num_v_heads + h) * kGS;
-    for (int e = tid; e < kC / 4; e += NTH) cp_async16(smem_u32(G_s + 4 * e), G + 4 * e);
-    cp_async_commit();
-    cp_async_wait<0>();
+    cp_async_commit();  // group 2: b(S), b(V)^T
+    cp_async_wait<1>();
     __syncthreads();
   }
   const uint32_t qb = smem_u32(Q_s), kb = smem_u32(K_s), sbase = smem_u32(S_s), vb = smem_u32(V_s);
-  // The warp's q rows as A fragments, for Q K^T and Q b(S)^T.
+  // The warp's q rows (token tile mt) as A fragments, for Q K^T and Q b(S)^T.
   uint32_t qa[KP / 16][4];
 #pragma unroll
-  for (int ks = 0; ks < KP / 16; ++ks) ld_a(qa[ks], qb, KS, 16 * warp, 16 * ks);
-  // M = b(e^{G_i-G_j} q.k) for j <= i (token tiles np <= warp), as A fragments.
+  for (int ks = 0; ks < KP / 16; ++ks) ld_a(qa[ks], qb, KS, 16 * mt, 16 * ks);
+  // M = b(e^{G_i-G_j} q.k) for j <= i (token tiles np <= mt), as A fragments.
   uint32_t ma[4][4];
   {
     float m[8][4] = {};
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
-      if (np > warp) break;  // warp-uniform: above the diagonal
+      if (np > mt) break;  // warp-uniform: above the diagonal
 #pragma unroll
       for (int ks = 0; ks < KP / 16; ++ks) {
         uint32_t b[4];
@@ -788,18 +803,20 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = 16 * warp + g + 8 * (e >> 1), j = 8 * nt + 2 * t + (e & 1);
+        const int i = 16 * mt + g + 8 * (e >> 1), j = 8 * nt + 2 * t + (e & 1);
         m[nt][e] = j <= i ? m[nt][e] * expf(G_s[i] - G_s[j]) : 0.f;
       }
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) acc_to_a(ma[ks], m[2 * ks], m[2 * ks + 1]);
   }
-  const int i0 = 16 * warp + g;
+  const int i0 = 16 * mt + g;
   const float e0 = expf(G_s[i0]), e1 = expf(G_s[i0 + 8]);
+  cp_async_wait<0>();
+  __syncthreads();
   // o = e^{G_i} (q_i b(S)^T) + M b(V), over the CTA's v columns in 16-column pairs.
 #pragma unroll
-  for (int np = 0; np < OC / 16; ++np) {
-    if (16 * np >= vn) break;  // CTA-uniform
+  for (int np = half; np < OC / 16; np += HALVES) {
+    if (16 * np >= vn) break;  // warp-uniform
     float o[2][4] = {};
 #pragma unroll
     for (int ks = 0; ks < KP / 16; ++ks) {
@@ -816,7 +833,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kOutThreads) gdn_bf16_out(Bf16P
     }
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      if (ks > warp) break;  // warp-uniform: M is zero there
+      if (ks > mt) break;  // warp-uniform: M is zero there
       uint32_t b[4];
       ld_b_nk(b, vb, kCS, 16 * np, 16 * ks);
       mma2(o[0], o[1], ma[ks], b);
@@ -868,7 +885,8 @@ cudaError_t launch_kp(cudaStream_t stream, const Bf16Params& s, unsigned chunks,
   static bool configured = false;
   if (!configured) {
     cudaError_t e = detail::allow_smem(gdn_bf16_prep<KP>, prep_smem(KP, 256));
-    if (e == cudaSuccess) e = detail::allow_smem(gdn_bf16_out<KP>, out_smem(KP, GdnBf16Traits::kOutCols));
+    if (e == cudaSuccess) e = detail::allow_smem(gdn_bf16_out<KP, 1>, out_smem(KP, GdnBf16Traits::kOutHalvesAbove));
+    if (e == cudaSuccess) e = detail::allow_smem(gdn_bf16_out<KP, 2>, out_smem(KP, GdnBf16Traits::kOutCols));
     if (e != cudaSuccess) return e;
     configured = true;
   }
@@ -881,7 +899,12 @@ cudaError_t launch_kp(cudaStream_t stream, const Bf16Params& s, unsigned chunks,
                                    : launch_scan<KP, 1, 2, DS>(stream, scan_grid, s);
   if (e != cudaSuccess) return e;
   const int vblocks = (s.dvp + GdnBf16Traits::kOutCols - 1) / GdnBf16Traits::kOutCols;
-  gdn_bf16_out<KP><<<dim3(chunks, heads_v * vblocks), GdnBf16Traits::kOutThreads, out_smem(KP, s.dvp), stream>>>(s);
+  const dim3 out_grid(chunks, heads_v * vblocks);
+  constexpr int OW = 32 * GdnBf16Traits::kOutWarps;
+  if (out_halves(s.dvp) == 2)
+    gdn_bf16_out<KP, 2><<<out_grid, 2 * OW, out_smem(KP, s.dvp), stream>>>(s);
+  else
+    gdn_bf16_out<KP, 1><<<out_grid, OW, out_smem(KP, s.dvp), stream>>>(s);
   return cudaGetLastError();
 }
 
