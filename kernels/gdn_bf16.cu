@@ -36,6 +36,7 @@ namespace pb::kernels {
 
 namespace {
 
+// host-emulated: begin (tests/gdn_bf16_merge_emulation_test.cpp compiles this on the host)
 constexpr int kC = kGdnBf16Chunk;  // 64 tokens a chunk
 constexpr int kCS = kC + 8;        // stride (bf16) of [..][64] tiles: 144 bytes, ldmatrix conflict-free
 constexpr int kAS = kC + 8;        // stride (fp32) of A^T, rows padded so the 4 lanes of a column hit 4 bank groups
@@ -53,6 +54,7 @@ struct GdnBf16Traits {
   static constexpr int kScanSplitBelow = 2;  // scan row blocks a SM below which two warps share one
   static constexpr int kScanDeepStages = 4;  // the scan's ring where it has an SM to itself (else 2)
 };
+// host-emulated: end
 
 // kp: k_dim padded to the scan's templates; dvp: v_dim padded to 16 (one m-tile of v rows).
 __host__ __device__ inline int kp_of(int dk) { return dk <= 32 ? 32 : dk <= 64 ? 64 : 128; }
@@ -123,16 +125,36 @@ __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 
 // G, beta, beta e^G [64]; T [64][kTS] fp32 and X [3][16][kXS] fp32 for the blockwise inverse
 // (both strides keep 4-float groups 16-byte aligned: the merge reads and writes them as float4).
 __host__ __device__ inline int prep_vs(int dvp) { return dvp + 8; }
+// host-emulated: begin
 constexpr int kTS = kC + 4;  // stride (fp32) of the prep's fp32 T
 constexpr int kXS = 20;      // stride (fp32) of a 16 x 16 block of X
+// host-emulated: end
 inline size_t prep_smem(int kp, int dvp) {
   return 2 * (size_t(kC) * (kp + 8) + size_t(kC) * prep_vs(dvp)) +
          4 * (size_t(kC) * kAS + 3 * kC + size_t(kC) * kTS + 3 * 16 * kXS);
 }
 
+// host-emulated: begin
 // A_ij (j < i) in the prep's A^T tile: row j, column i + 4 (i / 32) (the pad keeps A^T's
 // fragment stores on 32 banks and 4-float groups 16-byte aligned).
 __device__ __forceinline__ int at_index(int i, int j) { return j * kAS + i + 4 * (i >> 5); }
+// ---- the prep's T = (I + A)^-1 in fp32, T [64][kTS] of its own. First the four 16 x 16
+// diagonal blocks by substitution, one column a thread (block d0 / 16, column c), the 16 rows
+// in registers: x_r -= A_rj x_j for j ascending (the lp's order inside the block); all 16 rows
+// written, zeros above the diagonal included (the merge reads them).
+__device__ __forceinline__ void invert_diag_block(const float* A_t, float* Tf, int d0, int c) {
+  float x[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) x[r] = r == c ? 1.f : 0.f;
+#pragma unroll
+  for (int j = 0; j < 15; ++j) {
+    const float xj = x[j];
+#pragma unroll
+    for (int r = j + 1; r < 16; ++r) x[r] = fmaf(-A_t[at_index(d0 + r, d0 + j)], xj, x[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < 16; ++r) Tf[(d0 + r) * kTS + d0 + c] = x[r];
+}
 
 // ---- the prep's block merge (T = (I + A)^-1 below the diagonal blocks), by the CTA's
 // threads. Blocks (i, j), i > j, in the order (1,0) (2,1) (3,2) (2,0) (3,1) (3,0): the blocks
@@ -209,6 +231,7 @@ __device__ __forceinline__ void merge_t(float* Tf, const float* X_s, int s, int 
       *dst = -acc[0];
   }
 }
+// host-emulated: end
 
 template <int KP>
 __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kPrepCtas) gdn_bf16_prep(Bf16Params s) {
@@ -361,20 +384,8 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
   // T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj, left-looking (merge_x, merge_t). A_ij is read only
   // for j < i.
   if (warp < 2) {
-    // lane l of warps 0-1: block d = l / 16, its column c = l % 16, the 16 rows in registers:
-    // x_r -= A_rj x_j for j ascending (the lp's order inside the block).
-    const int d0 = 16 * ((32 * warp + lane) >> 4), c = lane & 15;
-    float x[16];
-#pragma unroll
-    for (int r = 0; r < 16; ++r) x[r] = r == c ? 1.f : 0.f;
-#pragma unroll
-    for (int j = 0; j < 15; ++j) {
-      const float xj = x[j];
-#pragma unroll
-      for (int r = j + 1; r < 16; ++r) x[r] = fmaf(-A_t[at_index(d0 + r, d0 + j)], xj, x[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < 16; ++r) Tf[(d0 + r) * kTS + d0 + c] = x[r];
+    // lane l of warps 0-1: block l / 16 (of the 64 lanes), its column l % 16.
+    invert_diag_block(A_t, Tf, 16 * ((32 * warp + lane) >> 4), lane & 15);
   } else {
     // b(beta v) over V and b(beta e^G b(k)) over K, in place, 8 columns a piece, by warps
     // 2-7 while warps 0 and 1 invert the diagonal blocks. V past n and v_dim stays zero as it landed.
