@@ -231,6 +231,18 @@ __device__ __forceinline__ void merge_t(float* Tf, const float* X_s, int s, int 
       *dst = -acc[0];
   }
 }
+// Step s (1..3) of the merge at the widths the kernel runs it: the sums R = 2, 4, 1 rows a
+// thread, then (after a barrier, the caller's) T = -T_ii X at C = 4, 2, 1 columns a thread.
+__device__ __forceinline__ void merge_sums(int s, const float* A_t, float* Tf, float* X_s, int tid) {
+  if (s == 1) merge_x<2>(A_t, Tf, X_s, s, tid);
+  if (s == 2) merge_x<4>(A_t, Tf, X_s, s, tid);
+  if (s == 3) merge_x<1>(A_t, Tf, X_s, s, tid);
+}
+__device__ __forceinline__ void merge_finish(int s, float* Tf, const float* X_s, int tid) {
+  if (s == 1) merge_t<4>(Tf, X_s, s, tid);
+  if (s == 2) merge_t<2>(Tf, X_s, s, tid);
+  if (s == 3) merge_t<1>(Tf, X_s, s, tid);
+}
 // host-emulated: end
 
 template <int KP>
@@ -418,13 +430,9 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
   // at a time, but the last steps' chains are 16 terms long, not 32 and 48.
 #pragma unroll
   for (int s_ = 1; s_ < 4; ++s_) {
-    if (s_ == 1) merge_x<2>(A_t, Tf, X_s, s_, tid);
-    if (s_ == 2) merge_x<4>(A_t, Tf, X_s, s_, tid);
-    if (s_ == 3) merge_x<1>(A_t, Tf, X_s, s_, tid);
+    merge_sums(s_, A_t, Tf, X_s, tid);
     __syncthreads();
-    if (s_ == 1) merge_t<4>(Tf, X_s, s_, tid);
-    if (s_ == 2) merge_t<2>(Tf, X_s, s_, tid);
-    if (s_ == 3) merge_t<1>(Tf, X_s, s_, tid);
+    merge_finish(s_, Tf, X_s, tid);
     __syncthreads();
   }
   // b(T), zero above the diagonal blocks (inside them the substitution left zeros), two

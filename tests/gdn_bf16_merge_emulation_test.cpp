@@ -67,24 +67,16 @@ std::vector<float> make_at(unsigned seed, float gate_scale) {
   return at;
 }
 
-// The kernel's schedule: 64 lanes invert the diagonal blocks, then merge_x / merge_t for
-// steps 1..3 with every one of the CTA's threads, a barrier between phases. skip_step: a
+// The kernel's schedule: 64 lanes invert the diagonal blocks, then merge_sums / merge_finish
+// for steps 1..3 with every one of the CTA's threads, a barrier between phases. skip_step: a
 // step whose sums are left out (0: none), for the test that the check can fail.
 std::vector<float> kernel_inverse(std::vector<float>& at, int skip_step = 0) {
   std::vector<float> T(kC * kTS, NAN), X(3 * 16 * kXS, NAN);
   for (int l = 0; l < 64; ++l) invert_diag_block(at.data(), T.data(), 16 * (l >> 4), l & 15);
   const int nt = GdnBf16Traits::kPrepThreads;
   for (int s = 1; s < 4; ++s) {
-    for (int tid = 0; tid < nt && s != skip_step; ++tid) {
-      if (s == 1) merge_x<2>(at.data(), T.data(), X.data(), s, tid);
-      if (s == 2) merge_x<4>(at.data(), T.data(), X.data(), s, tid);
-      if (s == 3) merge_x<1>(at.data(), T.data(), X.data(), s, tid);
-    }
-    for (int tid = 0; tid < nt; ++tid) {
-      if (s == 1) merge_t<4>(T.data(), X.data(), s, tid);
-      if (s == 2) merge_t<2>(T.data(), X.data(), s, tid);
-      if (s == 3) merge_t<1>(T.data(), X.data(), s, tid);
-    }
+    for (int tid = 0; tid < nt && s != skip_step; ++tid) merge_sums(s, at.data(), T.data(), X.data(), tid);
+    for (int tid = 0; tid < nt; ++tid) merge_finish(s, T.data(), X.data(), tid);
   }
   return T;
 }
