@@ -245,6 +245,22 @@ __device__ __forceinline__ void merge_finish(int s, float* Tf, const float* X_s,
 }
 // host-emulated: end
 
+// The prep's per-warp staging of U^T and W for their global stores: a 16-row tile of bf16 at
+// stride kPS (144 bytes: the fragment stores hit 32 banks), eight warps' tiles over the fp32 T
+// and X, which are dead once b(T) is formed.
+constexpr int kPS = 72;
+static_assert(8 * 16 * kPS * 2 <= 4 * (kC * kTS + 3 * 16 * kXS), "the staging tiles fit over T and X");
+// A warp's staged 16 rows of `pieces` 16-byte pieces each to dst (row stride ld, bf16): every
+// lane a piece a step, a row's pieces contiguous. The caller __syncwarp()s before (the tile is
+// written) and this does after (the tile may be written again).
+__device__ __forceinline__ void stage_out(const uint16_t* St, uint16_t* dst, int ld, int pieces, int lane) {
+  for (int q = lane; q < 16 * pieces; q += 32) {
+    const int r = q / pieces, c = 8 * (q % pieces);
+    *reinterpret_cast<uint4*>(dst + r * ld + c) = *reinterpret_cast<const uint4*>(St + r * kPS + c);
+  }
+  __syncwarp();
+}
+
 template <int KP>
 __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kPrepCtas) gdn_bf16_prep(Bf16Params s) {
   using namespace detail;
@@ -446,6 +462,9 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
 
   const int g = lane >> 2, t = lane & 3;
   const uint32_t tb = smem_u32(T_s), vb = smem_u32(V_s), kb = smem_u32(K_s);
+  // The warp's 16-row staging tile for U^T's and W's stores, over the fp32 T and X (dead since
+  // b(T)): fragments in, then whole 16-byte pieces out, every row one contiguous run.
+  uint16_t* St = reinterpret_cast<uint16_t*>(Tf) + warp * 16 * kPS;
   // U^T = V^T T^T: m = v rows (dvp / 16 tiles, one a warp in turn), n = the 64 tokens i,
   // k = tokens j (T^T[j][i] = 0 for j > i: k-step ks skipped for token pairs np < ks).
   const size_t ut = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * dvp * kCS;
@@ -467,13 +486,15 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
-        *reinterpret_cast<uint32_t*>(s.Ut + ut + (16 * mt + g + 8 * hr) * kCS + 8 * nt + 2 * t) =
-            pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+        *reinterpret_cast<uint32_t*>(St + (g + 8 * hr) * kPS + 8 * nt + 2 * t) = pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+    __syncwarp();
+    stage_out(St, s.Ut + ut + 16 * mt * kCS, kCS, 8, lane);
   }
   // W = T K (K by now b(beta e^G b(k))): warp w the token tile w % 4 and half w / 4 of k_dim's n-tiles (k-steps
   // ks <= the token tile: T is zero above the diagonal).
   {
     constexpr int HN = KP / 16;  // n-tiles a half
+    static_assert(8 * HN <= kPS, "a half's row fits the staging tile's row");
     const int mt = warp & 3, n0 = (warp >> 2) * 8 * HN;
     float acc[HN][4] = {};
 #pragma unroll
@@ -493,8 +514,9 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
     for (int nt = 0; nt < HN; ++nt)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
-        *reinterpret_cast<uint32_t*>(s.W + w + (16 * mt + g + 8 * hr) * KS + n0 + 8 * nt + 2 * t) =
-            pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+        *reinterpret_cast<uint32_t*>(St + (g + 8 * hr) * kPS + 8 * nt + 2 * t) = pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+    __syncwarp();
+    stage_out(St, s.W + w + 16 * mt * KS + n0, KS, HN, lane);
   }
 }
 
