@@ -26,7 +26,6 @@ namespace pb::kernels {
 namespace {
 
 constexpr int kRopeMaxHalf = 128;  // rope.cu's RopeConfig::kMaxHalf
-constexpr bool kGdnChunkedDefault = true;  // device-checked 2026-12-02 (kernels/NOTES.md)
 // conv1d under auto: stage, device-checked 2026-12-03 (bit-identical to window on 17
 // scenarios, 1.13-1.17x faster; window itself 1.4x row: kernels/PERF-NOTES.md "conv1d v4").
 constexpr Conv1dImpl kConv1dDefault = Conv1dImpl::stage;
@@ -35,7 +34,7 @@ struct Ctx {
   bool causal_off_by_one = false, conv_state_bleed = false;
   bool graph_baked_kv_len = false;  // attention reads kv_lens the launch carries (kv_lens_host), not the device array
   std::string attention = "auto";  // auto (mma where the shape allows), fp32, mma, mma:N, ws, ws:cp
-  std::string gdn = "auto";        // auto (chunked where the shape allows), chunked, split, bf16, token
+  std::string gdn = "auto";        // auto (bf16 at <= 8 v heads, else chunked, where the shape allows), chunked, split, bf16, token
   std::string conv1d = "auto";     // auto (stage where the shape allows), window, stage, row (the oracle)
   // The plan prepare() made, for the workspace it wrote.
   std::vector<AttnWorkItem> work;
@@ -102,12 +101,20 @@ int attention_variant(const Ctx& c, const LayerShape& shape) {
 // and one that looks at the batch picks another kernel for a stream run alone than
 // co-batched, which the invariance check rightly fails (their sums differ in order).
 bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" && gdn_split_supports(shape); }
-// The bf16 split (gdn_bf16.cu, fla's arithmetic, declared bf16-chunk64) only when asked
-// for (`--impl gdn=bf16`): it trades the tf32 kernels' precision for bf16 operands. No auto
-// rule by shape: at 2 / 8 heads, d128 it is 1.45-1.71x the chunked walk on 2 x 4096, mixed
-// 7..8192 and 1 x 65536, but 0.62x on 32 x 512, and it loses at 4 / 16 and 8 / 16 on every
-// batch measured (kernels/PERF-NOTES.md "Session 44", H100).
-bool gdn_bf16(const Ctx& c, const LayerShape& shape) { return c.gdn == "bf16" && gdn_bf16_supports(shape); }
+// The bf16 split (gdn_bf16.cu, fla's arithmetic, declared bf16-chunk64) when asked for
+// (`--impl gdn=bf16`), and under auto at kGdnBf16AutoMaxVHeads v heads or fewer: there the
+// chunked walk has too few (stream, v head) chains to fill the SMs on a long stream, and the
+// split is 1.6-2.3x it on 2 x 4096, the mixed batch 7..8192 and 1 x 65536, while it loses
+// 0.67-0.78x on 32 x 512 and 0.85-1.03x on 8 x 2048 (2 / 8 and 4 / 8 heads, d64 and d128;
+// kernels/PERF-NOTES.md "Session 48", H100). At 16 v heads it loses on 8 x 2048 (0.90-0.93x),
+// at 32 and 64 on every batch measured (0.67-0.69x). A rule by shape alone: one by the batch's
+// lengths would run a stream alone in another kernel than co-batched, which the invariance
+// check rightly fails. It trades the tf32 kernels' precision for bf16 operands.
+constexpr int kGdnBf16AutoMaxVHeads = 8;
+bool gdn_bf16(const Ctx& c, const LayerShape& shape) {
+  const bool want = c.gdn == "bf16" || (c.gdn == "auto" && shape.num_v_heads <= kGdnBf16AutoMaxVHeads);
+  return want && gdn_bf16_supports(shape);
+}
 // The warp-specialized kernel (attention_ws.cu) when asked for or under auto, where
 // the shape and device allow it; its q-tiles are its own (attention_tile_rows).
 // auto takes it at every head dim and head layout (kernels/PERF-NOTES.md "v8", H200):
@@ -120,7 +127,7 @@ bool attention_ws(const Ctx& c, const LayerShape& shape) {
   return want && attention_ws_supported(shape);
 }
 bool gdn_chunked(const Ctx& c, const LayerShape& shape) {
-  const bool want = c.gdn == "chunked" || (c.gdn == "auto" && kGdnChunkedDefault);
+  const bool want = c.gdn == "chunked" || c.gdn == "auto";
   return want && gdn_chunked_supports(shape);
 }
 // The one gdn kernel that runs this shape under c's option: the variant asked for where it
@@ -312,7 +319,7 @@ pb_status describe(void* ctx, char* buf, size_t buf_len) {
                                              : c.attention == "ws" ? "ws(warp-specialized, TMA producer where block_size is a multiple of 8 that divides or is divided by the key tile (128; 64 at d256), cp.async producer otherwise)"
                                              : c.attention == "ws:cp" ? "ws:cp(warp-specialized, cp.async producer)"
                                                                       : c.attention) +
-                  " gdn=" + std::string(c.gdn == "auto"    ? (kGdnChunkedDefault ? "chunked-tf32/token by shape" : "token")
+                  " gdn=" + std::string(c.gdn == "auto"    ? "bf16 at <=8 v heads, else chunked-tf32; token where neither takes the shape"
                                    : c.gdn == "split" ? (wgmma_available() ? "split(scan: wgmma, bulk-copy ring)/token by shape"
                                                                            : "split(scan: mma.sync)/token by shape")
                                    : c.gdn == "bf16"  ? "bf16(split, 64-token chunks, bf16 mma.sync)/token by shape"

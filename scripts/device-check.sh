@@ -2,10 +2,12 @@
 # device-check.sh: the GPU machine's check, run there from the repo root with
 # bundle/ present (scripts/bundle.sh built it here; the device tool carries it).
 # It prints the GPU, runs every shipped scenario (and the GPU test scenarios in
-# bundle/tests/) with --backend cuda, the fault matrix on the CUDA backend
+# bundle/tests/) with --backend cuda (the shipped ones and the walk's tests again with
+# --impl gdn=chunked), the fault matrix on the CUDA backend
 # (every fault on every scenario where it can show; it must trip its check),
 # compute-sanitizer memcheck and racecheck on the smoke scenario, racecheck and
-# synccheck on tests/gdn-narrow-buffers.yaml (the narrow gdn walk at k_dim 128) and
+# synccheck on tests/gdn-narrow-buffers.yaml (the narrow gdn walk at k_dim 128, --impl
+# gdn=chunked; racecheck again at its default, the bf16 split) and
 # tests/gdn-planned-walk.yaml (the gdn walk's queue),
 # memcheck under the faults that corrupt metadata read back, and the GPU
 # tests (cuda_backend_test; pb_tests' cuda cases with PB_RUN_PB_TESTS=1); then
@@ -39,18 +41,28 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,pstate,clocks.sm,clocks.
 uname -r
 
 scenarios=("$B"/scenarios/*.yaml "$B"/tests/*.yaml)
+# Every shipped scenario, and the GPU test scenarios written for the chunked walk's paths,
+# run a second time with the walk asked for: at 8 v heads or fewer the default is the bf16
+# split (kernels/kernel_table.cu), and the walk stays checked on every batch shape.
+declare -A also_impl=([gdn-narrow-buffers]=gdn=chunked [gdn-odd-narrow]=gdn=chunked
+                      [gdn-odd-narrow-k32]=gdn=chunked [gdn-odd-narrow-k64]=gdn=chunked)
 declare -A scn_rc
 if [[ "$skip" != *" scenarios "* ]]; then
   echo "== scenarios (--backend cuda) [$(elapsed)]"
   for f in "${scenarios[@]}"; do
     [ -f "$f" ] || continue
-    name="$(basename "$f" .yaml)"
-    timeout "$scn_timeout" "$B/prefill-bench" run "$f" --backend cuda --no-color \
-      --json "$work/json/$name.json" > "$work/logs/$name.txt" 2>&1
-    rc=$?
-    scn_rc[$name]=$rc
-    echo "-- $name: exit $rc [$(elapsed)]"
-    cat "$work/logs/$name.txt"
+    base="$(basename "$f" .yaml)"
+    again="${also_impl[$base]:-}"
+    [[ "$f" == "$B/scenarios/"* ]] && again=gdn=chunked
+    for impl in "" $again; do
+      name="$base${impl:+.${impl#*=}}"
+      timeout "$scn_timeout" "$B/prefill-bench" run "$f" --backend cuda --no-color ${impl:+--impl "$impl"} \
+        --json "$work/json/$name.json" > "$work/logs/$name.txt" 2>&1
+      rc=$?
+      scn_rc[$name]=$rc
+      echo "-- $name${impl:+ (--impl $impl)}: exit $rc [$(elapsed)]"
+      cat "$work/logs/$name.txt"
+    done
   done
 fi
 
@@ -143,16 +155,18 @@ if [[ "$skip" != *" sanitizer "* ]]; then
   # launches (one raw buffer co-batched, two alone), under racecheck and synccheck: the
   # walk whose staging warps run P4 too, which smoke (k_dim 32) never takes; the gdn walk's
   # queue (gdn-planned-walk: planned on 132-SM devices) under racecheck and synccheck.
+  # gdn-narrow-buffers also with its default (the bf16 split at two v heads).
   for pair in "memcheck scenarios/smoke" "racecheck scenarios/smoke" \
-              "racecheck tests/gdn-narrow-buffers" "synccheck tests/gdn-narrow-buffers" \
+              "racecheck tests/gdn-narrow-buffers gdn=chunked" "synccheck tests/gdn-narrow-buffers gdn=chunked" \
+              "racecheck tests/gdn-narrow-buffers" \
               "racecheck tests/gdn-planned-walk" "synccheck tests/gdn-planned-walk"; do
-    read -r tool f <<< "$pair"
+    read -r tool f impl <<< "$pair"
     [ -f "$B/$f.yaml" ] || { echo "$tool $(basename "$f"): not in the bundle: exit 2" >> "$out/sanitizer.txt"; continue; }
-    echo "--- $tool $(basename "$f")" >> "$out/sanitizer.txt"
+    echo "--- $tool $(basename "$f")${impl:+ --impl $impl}" >> "$out/sanitizer.txt"
     timeout "$phase_timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      "$B/prefill-bench" run "$B/$f.yaml" --backend cuda --no-color --repeat 1 --warmup 0 \
+      "$B/prefill-bench" run "$B/$f.yaml" --backend cuda --no-color --repeat 1 --warmup 0 ${impl:+--impl "$impl"} \
       >> "$out/sanitizer.txt" 2>&1
-    echo "$tool $(basename "$f") exit $?" >> "$out/sanitizer.txt"
+    echo "$tool $(basename "$f")${impl:+ ($impl)} exit $?" >> "$out/sanitizer.txt"
   done
   # The faults that corrupt what the kernels read back (cu_seqlens and kv_lens under
   # h_state_ptrs, swapped table and state pointers): the run must fail its check
@@ -232,13 +246,14 @@ reports = []
 for p in sorted(glob.glob(os.path.join(src, "*.json"))):
     try:
         reports.append(json.load(open(p)))
+        reports[-1]["file"] = os.path.basename(p)[:-5]  # the scenario, or scenario.variant
     except Exception as e:
         print(f"{os.path.basename(p)}: unreadable JSON ({e})")
 json.dump({"reports": reports}, open(merged, "w"), indent=1)
 print(f"{'scenario':<26} {'result':<6} {'failed checks':<22} kernel medians ms (sum over layers), attention TFLOP/s")
 for rep in reports:
     for run in rep.get("runs", []):
-        name = run["scenario"]["name"]
+        name = rep.get("file", run["scenario"]["name"])
         bad = [c["name"] for c in run["checks"] if c["ran"] and not c["passed"]]
         per = {}
         att_flops = att_ms = 0.0
