@@ -250,8 +250,13 @@ int main(int argc, char** argv) {
       fault_matrix(scenarios);
     } else {
       for (const pb::Scenario& s : scenarios) expect_clean(s);
+      // The default's kernel by shape (kernels/kernel_table.cu): the bf16 split at 8 v heads
+      // or fewer (decode-heavy has 4); the chunked walk and its lp where asked for.
       for (const pb::Scenario& s : scenarios)
-        if (s.name == "decode-heavy") expect_gdn_precision_named(s);
+        if (s.name == "decode-heavy") {
+          expect_gdn_precision_named(s, "", pb::gdn_precision_name(pb::GdnPrecision::bf16_chunk64));
+          expect_gdn_precision_named(s, "gdn=chunked", pb::gdn_precision_name(pb::GdnPrecision::tf32_chunked));
+        }
       for (const pb::Scenario& s : scenarios)  // the context-parallel variant and its own lp
         if (s.name == "decode-heavy" || s.name == "continuation-chunks")
           expect_gdn_precision_named(s, "gdn=split", pb::gdn_precision_name(pb::GdnPrecision::tf32_split));
