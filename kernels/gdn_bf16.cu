@@ -20,6 +20,10 @@
 // before b(T), as TOLERANCES.md's bf16-chunk64 section says of fla's. The scan's
 // chain stays in registers: S's accumulators, packed to bf16, are the A operand of
 // b(S) W^T, and V's accumulators, scaled and packed, the A operand of E^T K.
+// A chunk of n < 64 tokens fills nb = ceil(n / 16) blocks of 16 rows: past them beta and v
+// are zero, and so are A, T (but its diagonal), U^T's columns and W's rows. The prep forms
+// only those blocks (and stores zeros for the rest), the out pass's warps past them store
+// nothing; a block's sums are the same whatever nb.
 // Invariants: grid sizes from total_tokens, batch_size and the shape only; the chunk
 // list is read back bounded by its capacity; a scan warp's arithmetic does not depend
 // on NW (the batch picks NW), so neither do a stream's bits.
@@ -178,12 +182,13 @@ __device__ __forceinline__ int merge_j(int b) { return (0x010210 >> (4 * b)) & 1
 // Step s's sums, R rows of one column a thread (A^T's R rows one load): X_ij += sum over
 // m in block j + s - 1 of A_{16 i + r, m} T_{m, 16 j + c}; complete blocks to X [4 - s][16][kXS].
 template <int R>
-__device__ __forceinline__ void merge_x(const float* A_t, float* Tf, float* X_s, int s, int tid) {
+__device__ __forceinline__ void merge_x(const float* A_t, float* Tf, float* X_s, int s, int tid, int nb) {
   constexpr int TB = 256 / R;  // tasks a block
   const int b0 = merge_first(s), nd = 4 - s;
   for (int e = tid; e < (6 - b0) * TB; e += GdnBf16Traits::kPrepThreads) {
     const int blk = e / TB, le = e % TB, c = le & 15, r0 = R * (le >> 4);
     const int i = merge_i(b0 + blk), j = merge_j(b0 + blk), kb = j + s - 1;
+    if (i >= nb) continue;  // a block of rows past the chunk's tokens: never read
     const int row0 = 16 * i + r0, col = 16 * j + c;
     float acc[R];
 #pragma unroll
@@ -207,10 +212,11 @@ __device__ __forceinline__ void merge_x(const float* A_t, float* Tf, float* X_s,
 }
 // Step s's complete blocks (s + b, b): T = -T_ii X, one row r and C columns a thread.
 template <int C>
-__device__ __forceinline__ void merge_t(float* Tf, const float* X_s, int s, int tid) {
+__device__ __forceinline__ void merge_t(float* Tf, const float* X_s, int s, int tid, int nb) {
   constexpr int TB = 256 / C, RC = 16 / C;  // tasks a block, a row
   for (int e = tid; e < (4 - s) * TB; e += GdnBf16Traits::kPrepThreads) {
     const int blk = e / TB, le = e % TB, r = le / RC, c0 = C * (le % RC), i = s + blk;
+    if (i >= nb) continue;
     const float* Tii = Tf + (16 * i + r) * kTS + 16 * i;
     float acc[C] = {};
 #pragma unroll
@@ -233,15 +239,17 @@ __device__ __forceinline__ void merge_t(float* Tf, const float* X_s, int s, int 
 }
 // Step s (1..3) of the merge at the widths the kernel runs it: the sums R = 2, 4, 1 rows a
 // thread, then (after a barrier, the caller's) T = -T_ii X at C = 4, 2, 1 columns a thread.
-__device__ __forceinline__ void merge_sums(int s, const float* A_t, float* Tf, float* X_s, int tid) {
-  if (s == 1) merge_x<2>(A_t, Tf, X_s, s, tid);
-  if (s == 2) merge_x<4>(A_t, Tf, X_s, s, tid);
-  if (s == 3) merge_x<1>(A_t, Tf, X_s, s, tid);
+// nb: the 16-row blocks that hold tokens (a short chunk's last ones are left out: neither A's
+// rows nor T's are read there); a block's sums are the same whatever nb.
+__device__ __forceinline__ void merge_sums(int s, const float* A_t, float* Tf, float* X_s, int tid, int nb = 4) {
+  if (s == 1) merge_x<2>(A_t, Tf, X_s, s, tid, nb);
+  if (s == 2) merge_x<4>(A_t, Tf, X_s, s, tid, nb);
+  if (s == 3) merge_x<1>(A_t, Tf, X_s, s, tid, nb);
 }
-__device__ __forceinline__ void merge_finish(int s, float* Tf, const float* X_s, int tid) {
-  if (s == 1) merge_t<4>(Tf, X_s, s, tid);
-  if (s == 2) merge_t<2>(Tf, X_s, s, tid);
-  if (s == 3) merge_t<1>(Tf, X_s, s, tid);
+__device__ __forceinline__ void merge_finish(int s, float* Tf, const float* X_s, int tid, int nb = 4) {
+  if (s == 1) merge_t<4>(Tf, X_s, s, tid, nb);
+  if (s == 2) merge_t<2>(Tf, X_s, s, tid, nb);
+  if (s == 3) merge_t<1>(Tf, X_s, s, tid, nb);
 }
 // host-emulated: end
 
@@ -271,6 +279,9 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
   if (!gdn_chunk_cta(p, s.list, kC, cc, item)) return;
   const GdnChunkItem it = cc.it;
   const int t0 = it.t0, n = cc.n;
+  // 16-token blocks that hold tokens: past them A, T, U^T's columns and W's rows are zero
+  // (beta and v are), so a short chunk forms only the first nb blocks and stores zeros for the rest.
+  const int nb = (n + 15) >> 4;
   const int dk = p.k_dim, dv = p.v_dim, dvp = s.dvp, VS = prep_vs(dvp);
   const int group = p.num_v_heads / p.num_k_heads, kh = h / group;
   extern __shared__ __align__(16) unsigned char smraw[];
@@ -382,7 +393,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
   // e^{G_i-G_j} scaled below the diagonal (only entries j < i are read).
   {
     const int mt = warp >> 1, nh = warp & 1;
-    if (32 * nh <= 16 * mt + 15) {  // warp-uniform: the block reaches below the diagonal
+    if (mt < nb && 32 * nh <= 16 * mt + 15) {  // warp-uniform: rows with tokens, below the diagonal
       float acc[4][4] = {};
       const uint32_t kb = smem_u32(K_s);
 #pragma unroll
@@ -413,7 +424,8 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
   // for j < i.
   if (warp < 2) {
     // lane l of warps 0-1: block l / 16 (of the 64 lanes), its column l % 16.
-    invert_diag_block(A_t, Tf, 16 * ((32 * warp + lane) >> 4), lane & 15);
+    const int d = (32 * warp + lane) >> 4;
+    if (d < nb) invert_diag_block(A_t, Tf, 16 * d, lane & 15);
   } else {
     // b(beta v) over V and b(beta e^G b(k)) over K, in place, 8 columns a piece, by warps
     // 2-7 while warps 0 and 1 invert the diagonal blocks. V past n and v_dim stays zero as it landed.
@@ -427,6 +439,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
         piece = V_s + i * VS + 8 * pc;
         sc = B_s[i];
       } else {
+        if (i >= 16 * nb) continue;  // W reads K's rows of the blocks with tokens only
         piece = K_s + i * KS + 8 * (pc - VP);
         sc = E_s[i];
       }
@@ -444,16 +457,18 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
   // step s - 1); a block's partial sum waits in its own place in Tf, and once complete (i - j
   // = s) goes to X, and T_ij = -T_ii X. Each element's sum still runs m ascending, one fmaf
   // at a time, but the last steps' chains are 16 terms long, not 32 and 48.
+  // Step s completes the blocks i - j = s: a chunk of nb blocks needs steps 1 .. nb - 1.
 #pragma unroll
   for (int s_ = 1; s_ < 4; ++s_) {
-    merge_sums(s_, A_t, Tf, X_s, tid);
+    if (s_ >= nb) break;  // CTA-uniform
+    merge_sums(s_, A_t, Tf, X_s, tid, nb);
     __syncthreads();
-    merge_finish(s_, Tf, X_s, tid);
+    merge_finish(s_, Tf, X_s, tid, nb);
     __syncthreads();
   }
   // b(T), zero above the diagonal blocks (inside them the substitution left zeros), two
-  // columns a thread.
-  for (int e = tid; e < kC * kC / 2; e += NT) {
+  // columns a thread; the rows of the blocks with tokens (no product reads the others).
+  for (int e = tid; e < 16 * nb * kC / 2; e += NT) {
     const int r = e >> 5, c = 2 * (e & 31);
     const float2 v = *reinterpret_cast<const float2*>(Tf + r * kTS + c);
     *reinterpret_cast<uint32_t*>(T_s + r * kCS + c) = (c >> 4) > (r >> 4) ? 0u : pack2(v.x, v.y);
@@ -472,11 +487,13 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
     float acc[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
+      if (ks >= nb) break;  // tokens j past the chunk's: v is zero
       uint32_t a[4];
       ld_a_km(a, vb, VS, 16 * mt, 16 * ks);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         if (np < ks) continue;
+        if (np >= nb) break;  // tokens i past the chunk's: U^T's columns stay zero
         uint32_t b[4];
         ld_b_nk(b, tb, kCS, 16 * np, 16 * ks);
         mma2(acc[2 * np], acc[2 * np + 1], a, b);
@@ -499,7 +516,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
     float acc[HN][4] = {};
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      if (ks > mt) break;
+      if (ks > mt || mt >= nb) break;  // T is zero above the diagonal; W's rows past the tokens stay zero
       uint32_t a[4];
       ld_a(a, tb, kCS, 16 * mt, 16 * ks);
 #pragma unroll
@@ -822,13 +839,17 @@ __global__ void __launch_bounds__(32 * GdnBf16Traits::kOutWarps * HALVES, HALVES
     __syncthreads();
   }
   const uint32_t qb = smem_u32(Q_s), kb = smem_u32(K_s), sbase = smem_u32(S_s), vb = smem_u32(V_s);
+  // A warp whose token tile holds none of the chunk's tokens (a short chunk's) has no row to
+  // store: it only meets the barrier below.
+  const bool live = 16 * mt < n;
   // The warp's q rows (token tile mt) as A fragments, for Q K^T and Q b(S)^T.
   uint32_t qa[KP / 16][4];
 #pragma unroll
-  for (int ks = 0; ks < KP / 16; ++ks) ld_a(qa[ks], qb, KS, 16 * mt, 16 * ks);
+  for (int ks = 0; ks < KP / 16; ++ks)
+    if (live) ld_a(qa[ks], qb, KS, 16 * mt, 16 * ks);
   // M = b(e^{G_i-G_j} q.k) for j <= i (token tiles np <= mt), as A fragments.
   uint32_t ma[4][4];
-  {
+  if (live) {
     float m[8][4] = {};
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
@@ -854,6 +875,7 @@ __global__ void __launch_bounds__(32 * GdnBf16Traits::kOutWarps * HALVES, HALVES
   const float e0 = expf(G_s[i0]), e1 = expf(G_s[i0 + 8]);
   cp_async_wait<0>();
   __syncthreads();
+  if (!live) return;  // warp-uniform
   // o = e^{G_i} (q_i b(S)^T) + M b(V), over the CTA's v columns in 16-column pairs.
 #pragma unroll
   for (int np = half; np < OC / 16; np += HALVES) {

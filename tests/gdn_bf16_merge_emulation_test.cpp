@@ -7,7 +7,9 @@
 // left-looking schedule may move work between threads and steps but not reorder a sum; inside
 // the diagonal blocks T is exactly zero above the diagonal (b(T) keeps those places); A^T is
 // never written; (I + A) T = I to fp32 accuracy on A as the prep builds it (beta e^{G_i - G_j}
-// k_i . k_j, unit k). And the check can fail: a schedule missing a step is caught.
+// k_i . k_j, unit k); a short chunk's schedule (nb < 4 blocks) reads none of A's rows past its
+// blocks and forms those blocks bit for bit as the full one. And the check can fail: a schedule
+// missing a step is caught.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -153,6 +155,44 @@ TEST(GdnBf16MergeEmulation, CatchesAScheduleMissingAStep) {
     const std::vector<float> want = blocked_inverse(at);
     EXPECT_GT(differing(kernel_inverse(at, skip), want), 0) << "step " << skip << " left out";
   }
+}
+
+// A short chunk's schedule (the prep's nb < 4: the chunk's tokens fill nb 16-row blocks):
+// only the diagonal blocks d < nb, merge steps 1 .. steps (the kernel runs nb - 1), the
+// merge told nb.
+std::vector<float> short_inverse(std::vector<float>& at, int nb, int steps) {
+  std::vector<float> T(kC * kTS, NAN), X(3 * 16 * kXS, NAN);
+  for (int l = 0; l < 64; ++l)
+    if ((l >> 4) < nb) invert_diag_block(at.data(), T.data(), 16 * (l >> 4), l & 15);
+  const int nt = GdnBf16Traits::kPrepThreads;
+  for (int s = 1; s <= steps; ++s) {
+    for (int tid = 0; tid < nt; ++tid) merge_sums(s, at.data(), T.data(), X.data(), tid, nb);
+    for (int tid = 0; tid < nt; ++tid) merge_finish(s, T.data(), X.data(), tid, nb);
+  }
+  return T;
+}
+// Places of T's first nb block rows that differ from want (as differing, those rows only).
+int differing_rows(const std::vector<float>& T, const std::vector<float>& want, int nb) {
+  int n = 0;
+  for (int i = 0; i < 16 * nb; ++i)
+    for (int j = 0; j < kC; ++j)
+      if ((j >> 4) <= (i >> 4)) n += std::memcmp(&T[i * kTS + j], &want[i * kC + j], 4) != 0;
+  return n;
+}
+
+// A short chunk forms its blocks alone and the same: with A's rows past its nb blocks NaN (a
+// read of them shows), T's first nb block rows equal the full blocked form's bit for bit. And
+// the check can fail: one merge step fewer than the kernel runs is caught.
+TEST(GdnBf16MergeEmulation, AShortChunkFormsItsBlocksAloneAndTheSame) {
+  for (int nb = 1; nb <= 3; ++nb)
+    for (unsigned seed = 1; seed <= 4; ++seed) {
+      std::vector<float> at = make_at(seed, seed % 2 ? 0.05f : 0.5f);
+      const std::vector<float> want = blocked_inverse(at);
+      for (int i = 16 * nb; i < kC; ++i)
+        for (int j = 0; j < i; ++j) at[at_index(i, j)] = NAN;
+      EXPECT_EQ(differing_rows(short_inverse(at, nb, nb - 1), want, nb), 0) << "nb " << nb << ", seed " << seed;
+      if (nb > 1) EXPECT_GT(differing_rows(short_inverse(at, nb, nb - 2), want, nb), 0) << "nb " << nb << ", a step short";
+    }
 }
 
 }  // namespace
