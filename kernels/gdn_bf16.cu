@@ -241,12 +241,12 @@ __device__ __forceinline__ void merge_t(float* Tf, const float* X_s, int s, int 
 // thread, then (after a barrier, the caller's) T = -T_ii X at C = 4, 2, 1 columns a thread.
 // nb: the 16-row blocks that hold tokens (a short chunk's last ones are left out: neither A's
 // rows nor T's are read there); a block's sums are the same whatever nb.
-__device__ __forceinline__ void merge_sums(int s, const float* A_t, float* Tf, float* X_s, int tid, int nb = 4) {
+__device__ __forceinline__ void merge_sums(int s, const float* A_t, float* Tf, float* X_s, int tid, int nb) {
   if (s == 1) merge_x<2>(A_t, Tf, X_s, s, tid, nb);
   if (s == 2) merge_x<4>(A_t, Tf, X_s, s, tid, nb);
   if (s == 3) merge_x<1>(A_t, Tf, X_s, s, tid, nb);
 }
-__device__ __forceinline__ void merge_finish(int s, float* Tf, const float* X_s, int tid, int nb = 4) {
+__device__ __forceinline__ void merge_finish(int s, float* Tf, const float* X_s, int tid, int nb) {
   if (s == 1) merge_t<4>(Tf, X_s, s, tid, nb);
   if (s == 2) merge_t<2>(Tf, X_s, s, tid, nb);
   if (s == 3) merge_t<1>(Tf, X_s, s, tid, nb);

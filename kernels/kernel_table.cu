@@ -107,8 +107,8 @@ bool gdn_split(const Ctx& c, const LayerShape& shape) { return c.gdn == "split" 
 // split is 1.57-2.35x it on 2 x 4096, the mixed batch 7..8192 and 1 x 65536, while it loses
 // 0.67-0.78x on 32 x 512, 0.85-0.98x on 8 x 2048 and about 0.5-0.7x on the small shipped
 // batches (decode-heavy 0.50x: 76 against 39 us, before session 49's short-chunk trim) (2 / 8
-// and 4 / 8 heads, d64 and d128; kernels/PERF-NOTES.md "Session 48", H100). At 16 v heads it loses on 8 x 2048 (0.90-0.93x),
-// at 32 and 64 on every batch measured (0.67-0.70x). A rule by shape alone: one by the batch's
+// and 4 / 8 heads, d64 and d128; kernels/PERF-NOTES.md "Session 48", H100). At 16 v heads it
+// loses on 8 x 2048 (0.90-0.93x), at 32 and 64 on every batch measured (0.67-0.70x). A rule by shape alone: one by the batch's
 // lengths would run a stream alone in another kernel than co-batched, which the invariance
 // check rightly fails. It trades the tf32 kernels' precision for bf16 operands.
 constexpr int kGdnBf16AutoMaxVHeads = 8;

@@ -69,16 +69,18 @@ std::vector<float> make_at(unsigned seed, float gate_scale) {
   return at;
 }
 
-// The kernel's schedule: 64 lanes invert the diagonal blocks, then merge_sums / merge_finish
-// for steps 1..3 with every one of the CTA's threads, a barrier between phases. skip_step: a
-// step whose sums are left out (0: none), for the test that the check can fail.
-std::vector<float> kernel_inverse(std::vector<float>& at, int skip_step = 0) {
+// The kernel's schedule for a chunk whose tokens fill nb 16-row blocks (4: a full chunk): the
+// lanes of the diagonal blocks d < nb invert them, then merge_sums / merge_finish for steps
+// 1 .. nb - 1 with every one of the CTA's threads, a barrier between phases. skip_step: a
+// step whose sums are left out (0: none), for the tests that the check can fail.
+std::vector<float> kernel_inverse(std::vector<float>& at, int skip_step = 0, int nb = 4) {
   std::vector<float> T(kC * kTS, NAN), X(3 * 16 * kXS, NAN);
-  for (int l = 0; l < 64; ++l) invert_diag_block(at.data(), T.data(), 16 * (l >> 4), l & 15);
+  for (int l = 0; l < 64; ++l)
+    if ((l >> 4) < nb) invert_diag_block(at.data(), T.data(), 16 * (l >> 4), l & 15);
   const int nt = GdnBf16Traits::kPrepThreads;
-  for (int s = 1; s < 4; ++s) {
-    for (int tid = 0; tid < nt && s != skip_step; ++tid) merge_sums(s, at.data(), T.data(), X.data(), tid);
-    for (int tid = 0; tid < nt; ++tid) merge_finish(s, T.data(), X.data(), tid);
+  for (int s = 1; s < nb; ++s) {
+    for (int tid = 0; tid < nt && s != skip_step; ++tid) merge_sums(s, at.data(), T.data(), X.data(), tid, nb);
+    for (int tid = 0; tid < nt; ++tid) merge_finish(s, T.data(), X.data(), tid, nb);
   }
   return T;
 }
@@ -115,10 +117,11 @@ std::vector<float> blocked_inverse(const std::vector<float>& at) {
   return T;
 }
 
-// T's places b(T) reads: on and below the diagonal, and above it inside the diagonal blocks.
-int differing(const std::vector<float>& T, const std::vector<float>& want) {
+// T's places b(T) reads, in the first nb block rows: on and below the diagonal, and above it
+// inside the diagonal blocks.
+int differing(const std::vector<float>& T, const std::vector<float>& want, int nb = 4) {
   int n = 0;
-  for (int i = 0; i < kC; ++i)
+  for (int i = 0; i < 16 * nb; ++i)
     for (int j = 0; j < kC; ++j)
       if ((j >> 4) <= (i >> 4)) n += std::memcmp(&T[i * kTS + j], &want[i * kC + j], 4) != 0;
   return n;
@@ -157,32 +160,9 @@ TEST(GdnBf16MergeEmulation, CatchesAScheduleMissingAStep) {
   }
 }
 
-// A short chunk's schedule (the prep's nb < 4: the chunk's tokens fill nb 16-row blocks):
-// only the diagonal blocks d < nb, merge steps 1 .. steps (the kernel runs nb - 1), the
-// merge told nb.
-std::vector<float> short_inverse(std::vector<float>& at, int nb, int steps) {
-  std::vector<float> T(kC * kTS, NAN), X(3 * 16 * kXS, NAN);
-  for (int l = 0; l < 64; ++l)
-    if ((l >> 4) < nb) invert_diag_block(at.data(), T.data(), 16 * (l >> 4), l & 15);
-  const int nt = GdnBf16Traits::kPrepThreads;
-  for (int s = 1; s <= steps; ++s) {
-    for (int tid = 0; tid < nt; ++tid) merge_sums(s, at.data(), T.data(), X.data(), tid, nb);
-    for (int tid = 0; tid < nt; ++tid) merge_finish(s, T.data(), X.data(), tid, nb);
-  }
-  return T;
-}
-// Places of T's first nb block rows that differ from want (as differing, those rows only).
-int differing_rows(const std::vector<float>& T, const std::vector<float>& want, int nb) {
-  int n = 0;
-  for (int i = 0; i < 16 * nb; ++i)
-    for (int j = 0; j < kC; ++j)
-      if ((j >> 4) <= (i >> 4)) n += std::memcmp(&T[i * kTS + j], &want[i * kC + j], 4) != 0;
-  return n;
-}
-
 // A short chunk forms its blocks alone and the same: with A's rows past its nb blocks NaN (a
 // read of them shows), T's first nb block rows equal the full blocked form's bit for bit. And
-// the check can fail: one merge step fewer than the kernel runs is caught.
+// the check can fail: a short schedule missing its last step's sums is caught.
 TEST(GdnBf16MergeEmulation, AShortChunkFormsItsBlocksAloneAndTheSame) {
   for (int nb = 1; nb <= 3; ++nb)
     for (unsigned seed = 1; seed <= 4; ++seed) {
@@ -190,8 +170,8 @@ TEST(GdnBf16MergeEmulation, AShortChunkFormsItsBlocksAloneAndTheSame) {
       const std::vector<float> want = blocked_inverse(at);
       for (int i = 16 * nb; i < kC; ++i)
         for (int j = 0; j < i; ++j) at[at_index(i, j)] = NAN;
-      EXPECT_EQ(differing_rows(short_inverse(at, nb, nb - 1), want, nb), 0) << "nb " << nb << ", seed " << seed;
-      if (nb > 1) EXPECT_GT(differing_rows(short_inverse(at, nb, nb - 2), want, nb), 0) << "nb " << nb << ", a step short";
+      EXPECT_EQ(differing(kernel_inverse(at, 0, nb), want, nb), 0) << "nb " << nb << ", seed " << seed;
+      if (nb > 1) EXPECT_GT(differing(kernel_inverse(at, nb - 1, nb), want, nb), 0) << "nb " << nb << ", a step short";
     }
 }
 
