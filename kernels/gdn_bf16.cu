@@ -22,8 +22,8 @@
 // b(S) W^T, and V's accumulators, scaled and packed, the A operand of E^T K.
 // A chunk of n < 64 tokens fills nb = ceil(n / 16) blocks of 16 rows: past them beta and v
 // are zero, and so are A, T (but its diagonal), U^T's columns and W's rows. The prep forms
-// only those blocks (and stores zeros for the rest), the out pass's warps past them store
-// nothing; a block's sums are the same whatever nb.
+// only those blocks (and stores zeros for the rest), the out pass forms M and o only for the
+// row tiles with tokens; a block's sums are the same whatever nb.
 // Invariants: grid sizes from total_tokens, batch_size and the shape only; the chunk
 // list is read back bounded by its capacity; a scan warp's arithmetic does not depend
 // on NW (the batch picks NW), so neither do a stream's bits.
@@ -771,28 +771,37 @@ __global__ void __launch_bounds__(32 * NW * KSP) gdn_bf16_scan(Bf16Params s) {
     }
 }
 
-// ---- 3. out: per (chunk, v head, block of OC = kOutCols v columns), HALVES x 4 warps: warp w
-// the 16 token rows of tile w % 4 and every HALVES-th 16-column pair from w / 4. With two
-// halves both form the rows' M (twice the Q K^T) for twice the warps to hide the copies' and
-// the mma chains' latency: 1.05x at v_dim 128, 0.97x at 64 (kernels/PERF-NOTES.md "Session
-// 47"), so two halves only above kOutHalvesAbove v columns. Every output's sums are the same
-// whatever HALVES. Shared: Q, K [64][KP + 8], b(S) [oc v][KP + 8], b(V)^T [oc v][kCS], G [64],
-// oc = min(OC, dvp): a narrow v_dim reserves only its own columns. Two copy groups: Q, K and G
-// first, so M = b(e^{G_i-G_j} q.k) forms while b(S) and b(V)^T are still landing.
+// ---- 3. out: per (chunk, v head, block of OC = kOutCols v columns), W = HALVES x 4 warps.
+// Two phases. (a) M = b(e^{G_i-G_j} q.k) (j <= i), formed once a CTA: its ten 16 x 16 blocks
+// on or below the diagonal dealt round-robin over the warps, stored bf16 to shared memory.
+// (b) o = e^G (Q b(S)^T) + M b(V) in units of (16 token rows, 16 v columns): row tile mt
+// costs the Q b(S)^T chain plus mt + 1 steps of M b(V), so where there are enough column
+// pairs (2 x pairs >= W) a warp takes row tiles {0, 3} or {1, 2} (equal work) for every
+// (W / 2)-th column pair, else one row tile for every (W / 4)-th pair. Before session 50 each
+// warp formed its own rows' M (twice with two halves) and kept one row tile: tile 3's warps did
+// nearly twice tile 0's work and held the CTA's shared memory while the rest waited at EXIT
+// (the balance measured 1.00-1.02x, bit-identical: kernels/PERF-NOTES.md "Session 50").
+// Two halves only above kOutHalvesAbove v columns (1.05x at v_dim 128, 0.97x at 64: kernels/
+// PERF-NOTES.md "Session 47"). Every output's sums are the same whatever the split: M's blocks
+// and o's chain (Q b(S)^T in k order, then M b(V) in token order) as before. Shared: Q, K
+// [64][KP + 8], b(S) [oc v][KP + 8], b(V)^T [oc v][kCS], b(M) [64][kCS], G [64], oc = min(OC,
+// dvp): a narrow v_dim reserves only its own columns. Two copy groups: Q, K and G first, so M
+// forms while b(S) and b(V)^T are still landing.
 __host__ __device__ inline int out_cols(int dvp) { return dvp < GdnBf16Traits::kOutCols ? dvp : GdnBf16Traits::kOutCols; }
 inline size_t out_smem(int kp, int dvp) {
   const size_t oc = out_cols(dvp);
-  return 2 * ((2 * kC + oc) * (kp + 8) + oc * kCS) + 4 * kC;
+  return 2 * ((2 * kC + oc) * (kp + 8) + oc * kCS + kC * kCS) + 4 * kC;
 }
 
 __host__ __device__ inline int out_halves(int dvp) { return dvp > GdnBf16Traits::kOutHalvesAbove ? 2 : 1; }
 // Two halves: registers capped for two CTAs an SM at k_dim 128 (shared memory allows no more)
-// and three below (99 and 80 registers, no spill).
+// and three below.
 template <int KP, int HALVES>
 __global__ void __launch_bounds__(32 * GdnBf16Traits::kOutWarps * HALVES, HALVES == 1 ? 0 : KP == 128 ? 2 : 3)
     gdn_bf16_out(Bf16Params s) {
   using namespace detail;
-  constexpr int KS = KP + 8, OC = GdnBf16Traits::kOutCols, NTH = 32 * GdnBf16Traits::kOutWarps * HALVES;
+  constexpr int KS = KP + 8, OC = GdnBf16Traits::kOutCols, NW = GdnBf16Traits::kOutWarps * HALVES, NTH = 32 * NW;
+  static_assert(NW % 4 == 0, "row tiles pair up within a warp's set, and four tiles a pass");
   const GdnParams& p = s.p;
   const int item = blockIdx.x, vblocks = (s.dvp + OC - 1) / OC, h = blockIdx.y / vblocks, vbk = blockIdx.y % vblocks;
   GdnChunkCta cc;
@@ -807,12 +816,9 @@ __global__ void __launch_bounds__(32 * GdnBf16Traits::kOutWarps * HALVES, HALVES
   const int oc = out_cols(dvp);
   uint16_t* S_s = K_s + kC * KS;   // [oc][KS]
   uint16_t* V_s = S_s + oc * KS;   // [oc][kCS]
-  float* G_s = reinterpret_cast<float*>(V_s + oc * kCS);
+  uint16_t* M_s = V_s + oc * kCS;  // [64][kCS]
+  float* G_s = reinterpret_cast<float*>(M_s + kC * kCS);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  // the warp's token tile and column half (HALVES a compile-time constant: one half, no arithmetic)
-  static_assert(GdnBf16Traits::kOutWarps == 4, "a half's four warps: mt = warp & 3, half = warp >> 2");
-  const int mt = HALVES == 1 ? warp : warp & 3;
-  const int half = HALVES == 1 ? 0 : warp >> 2;
   const size_t ci = static_cast<size_t>(it.chunk);
   {
     const uint16_t* Q = s.Q + (ci * p.num_k_heads + kh) * kC * KS;
@@ -838,78 +844,82 @@ __global__ void __launch_bounds__(32 * GdnBf16Traits::kOutWarps * HALVES, HALVES
     cp_async_wait<1>();
     __syncthreads();
   }
-  const uint32_t qb = smem_u32(Q_s), kb = smem_u32(K_s), sbase = smem_u32(S_s), vb = smem_u32(V_s);
-  // A warp whose token tile holds none of the chunk's tokens (a short chunk's) has no row to
-  // store: it only meets the barrier below.
-  const bool live = 16 * mt < n;
-  // The warp's q rows (token tile mt) as A fragments, for Q K^T and Q b(S)^T.
-  uint32_t qa[KP / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < KP / 16; ++ks)
-    if (live) ld_a(qa[ks], qb, KS, 16 * mt, 16 * ks);
-  // M = b(e^{G_i-G_j} q.k) for j <= i (token tiles np <= mt), as A fragments.
-  uint32_t ma[4][4];
-  if (live) {
-    float m[8][4] = {};
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      if (np > mt) break;  // warp-uniform: above the diagonal
-#pragma unroll
-      for (int ks = 0; ks < KP / 16; ++ks) {
-        uint32_t b[4];
-        ld_b_nk(b, kb, KS, 16 * np, 16 * ks);
-        mma2(m[2 * np], m[2 * np + 1], qa[ks], b);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 16 * mt + g + 8 * (e >> 1), j = 8 * nt + 2 * t + (e & 1);
-        m[nt][e] = j <= i ? m[nt][e] * expf(G_s[i] - G_s[j]) : 0.f;
-      }
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) acc_to_a(ma[ks], m[2 * ks], m[2 * ks + 1]);
-  }
-  const int i0 = 16 * mt + g;
-  const float e0 = expf(G_s[i0]), e1 = expf(G_s[i0 + 8]);
-  cp_async_wait<0>();
-  __syncthreads();
-  if (!live) return;  // warp-uniform
-  // o = e^{G_i} (q_i b(S)^T) + M b(V), over the CTA's v columns in 16-column pairs.
-#pragma unroll
-  for (int np = half; np < OC / 16; np += HALVES) {
-    if (16 * np >= vn) break;  // warp-uniform
-    float o[2][4] = {};
+  const uint32_t qb = smem_u32(Q_s), kb = smem_u32(K_s), sbase = smem_u32(S_s), vb = smem_u32(V_s),
+                 mb = smem_u32(M_s);
+  // (a) M's block (i, j), j <= i, for b = i (i + 1) / 2 + j; a short chunk's row tiles past
+  // its tokens (16 i >= n) are never read, so not formed.
+  for (int b = warp; b < 10; b += NW) {
+    const int i = b >= 6 ? 3 : b >= 3 ? 2 : b >= 1 ? 1 : 0, j = b - i * (i + 1) / 2;
+    if (16 * i >= n) continue;  // warp-uniform
+    float m[2][4] = {};
 #pragma unroll
     for (int ks = 0; ks < KP / 16; ++ks) {
-      uint32_t b[4];
-      ld_b_nk(b, sbase, KS, 16 * np, 16 * ks);
-      mma2(o[0], o[1], qa[ks], b);
-    }
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-      o[x][0] *= e0;
-      o[x][1] *= e0;
-      o[x][2] *= e1;
-      o[x][3] *= e1;
-    }
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      if (ks > mt) break;  // warp-uniform: M is zero there
-      uint32_t b[4];
-      ld_b_nk(b, vb, kCS, 16 * np, 16 * ks);
-      mma2(o[0], o[1], ma[ks], b);
+      uint32_t a[4], bk[4];
+      ld_a(a, qb, KS, 16 * i, 16 * ks);
+      ld_b_nk(bk, kb, KS, 16 * j, 16 * ks);
+      mma2(m[0], m[1], a, bk);
     }
 #pragma unroll
     for (int x = 0; x < 2; ++x)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        const int i = i0 + 8 * hr, v = c0 + 16 * np + 8 * x + 2 * t;
-        if (i < n && v < dv)
-          *reinterpret_cast<uint32_t*>(p.out + (static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + v) =
-              pack2(o[x][2 * hr] * p.inv_sqrt_dk, o[x][2 * hr + 1] * p.inv_sqrt_dk);
+        const int r = 16 * i + g + 8 * hr, c = 16 * j + 8 * x + 2 * t;
+        const float m0 = c <= r ? m[x][2 * hr] * expf(G_s[r] - G_s[c]) : 0.f;
+        const float m1 = c + 1 <= r ? m[x][2 * hr + 1] * expf(G_s[r] - G_s[c + 1]) : 0.f;
+        *reinterpret_cast<uint32_t*>(M_s + r * kCS + c) = pack2(m0, m1);
       }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // M, b(S) and b(V)^T in place
+  // (b) the warp's row tiles (one, or a pair of equal work) and its column pairs.
+  const int pairs = vn / 16;
+  const bool paired = 2 * pairs >= NW;
+  const int tiles = paired ? 2 : 1;
+  const int tile0 = paired ? (warp & 1) : (warp & 3);
+  const int np0 = paired ? warp >> 1 : warp >> 2, nstep = paired ? NW / 2 : NW / 4;
+  for (int ti = 0; ti < tiles; ++ti) {
+    const int mt = ti == 0 ? tile0 : 3 - tile0;
+    if (16 * mt >= n) continue;  // warp-uniform: a short chunk's tile without tokens
+    uint32_t qa[KP / 16][4], ma[4][4];
+#pragma unroll
+    for (int ks = 0; ks < KP / 16; ++ks) ld_a(qa[ks], qb, KS, 16 * mt, 16 * ks);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      if (ks <= mt) ld_a(ma[ks], mb, kCS, 16 * mt, 16 * ks);
+    const int i0 = 16 * mt + g;
+    const float e0 = expf(G_s[i0]), e1 = expf(G_s[i0 + 8]);
+    for (int np = np0; np < pairs; np += nstep) {
+      float o[2][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < KP / 16; ++ks) {
+        uint32_t b[4];
+        ld_b_nk(b, sbase, KS, 16 * np, 16 * ks);
+        mma2(o[0], o[1], qa[ks], b);
+      }
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        o[x][0] *= e0;
+        o[x][1] *= e0;
+        o[x][2] *= e1;
+        o[x][3] *= e1;
+      }
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        if (ks > mt) break;  // warp-uniform: M is zero there
+        uint32_t b[4];
+        ld_b_nk(b, vb, kCS, 16 * np, 16 * ks);
+        mma2(o[0], o[1], ma[ks], b);
+      }
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int i = i0 + 8 * hr, v = c0 + 16 * np + 8 * x + 2 * t;
+          if (i < n && v < dv)
+            *reinterpret_cast<uint32_t*>(p.out + (static_cast<size_t>(t0 + i) * p.num_v_heads + h) * dv + v) =
+                pack2(o[x][2 * hr] * p.inv_sqrt_dk, o[x][2 * hr + 1] * p.inv_sqrt_dk);
+        }
+    }
   }
 }
 
