@@ -108,6 +108,17 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
   a[2] = detail::pack2(c1[0] * x2, c1[1] * x3);
   a[3] = detail::pack2(c1[2] * x2, c1[3] * x3);
 }
+// The accumulators of n-tiles 0 .. N - 1 to a row-major bf16 tile at dst (stride ld): lane
+// (g, t) the rows g, g + 8 and the columns 8 nt + 2t, + 1.
+template <int N>
+__device__ __forceinline__ void store_acc(uint16_t* dst, int ld, const float (&c)[N][4]) {
+  const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+#pragma unroll
+  for (int nt = 0; nt < N; ++nt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+      *reinterpret_cast<uint32_t*>(dst + (g + 8 * hr) * ld + 8 * nt + 2 * t) = detail::pack2(c[nt][2 * hr], c[nt][2 * hr + 1]);
+}
 // e / d and e % d for e = e0, e0 + step, ... (step > 0), one division up front instead of
 // one a step: q, r the quotient and remainder of the current e.
 struct DivWalk {
@@ -475,7 +486,6 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
   }
   __syncthreads();
 
-  const int g = lane >> 2, t = lane & 3;
   const uint32_t tb = smem_u32(T_s), vb = smem_u32(V_s), kb = smem_u32(K_s);
   // The warp's 16-row staging tile for U^T's and W's stores, over the fp32 T and X (dead since
   // b(T)): fragments in, then whole 16-byte pieces out, every row one contiguous run.
@@ -499,11 +509,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
         mma2(acc[2 * np], acc[2 * np + 1], a, b);
       }
     }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
-        *reinterpret_cast<uint32_t*>(St + (g + 8 * hr) * kPS + 8 * nt + 2 * t) = pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+    store_acc(St, kPS, acc);
     __syncwarp();
     stage_out(St, s.Ut + ut + 16 * mt * kCS, kCS, 8, lane);
   }
@@ -527,11 +533,7 @@ __global__ void __launch_bounds__(GdnBf16Traits::kPrepThreads, GdnBf16Traits::kP
       }
     }
     const size_t w = (static_cast<size_t>(it.chunk) * p.num_v_heads + h) * kC * KS;
-#pragma unroll
-    for (int nt = 0; nt < HN; ++nt)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
-        *reinterpret_cast<uint32_t*>(St + (g + 8 * hr) * kPS + 8 * nt + 2 * t) = pack2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+    store_acc(St, kPS, acc);
     __syncwarp();
     stage_out(St, s.W + w + 16 * mt * KS + n0, KS, HN, lane);
   }
@@ -862,12 +864,11 @@ __global__ void __launch_bounds__(32 * GdnBf16Traits::kOutWarps * HALVES, HALVES
 #pragma unroll
     for (int x = 0; x < 2; ++x)
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = 16 * i + g + 8 * hr, c = 16 * j + 8 * x + 2 * t;
-        const float m0 = c <= r ? m[x][2 * hr] * expf(G_s[r] - G_s[c]) : 0.f;
-        const float m1 = c + 1 <= r ? m[x][2 * hr + 1] * expf(G_s[r] - G_s[c + 1]) : 0.f;
-        *reinterpret_cast<uint32_t*>(M_s + r * kCS + c) = pack2(m0, m1);
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * i + g + 8 * (e >> 1), c = 16 * j + 8 * x + 2 * t + (e & 1);
+        m[x][e] = c <= r ? m[x][e] * expf(G_s[r] - G_s[c]) : 0.f;
       }
+    store_acc(M_s + 16 * i * kCS + 16 * j, kCS, m);
   }
   cp_async_wait<0>();
   __syncthreads();  // M, b(S) and b(V)^T in place
