@@ -267,6 +267,9 @@ int main(int argc, char** argv) {
       // the invariance check requires the same bits.
       expect_gdn_precision_named(pb::load_scenario(gpu_scenario(argv[0], "gdn-bf16-scan-shapes.yaml")), "gdn=bf16",
                                  pb::gdn_precision_name(pb::GdnPrecision::bf16_chunk64));
+      // Its out pass over two column blocks, the last partial (v_dim 200), short chunks and full.
+      expect_gdn_precision_named(pb::load_scenario(gpu_scenario(argv[0], "gdn-bf16-wide-v.yaml")), "gdn=bf16",
+                                 pb::gdn_precision_name(pb::GdnPrecision::bf16_chunk64));
       expect_fault(scenarios, pb::Fault::causal_off_by_one);
       expect_fault(scenarios, pb::Fault::conv_state_bleed);
     }
