@@ -62,11 +62,11 @@ T silu_out(T u) {
 
 // Runs the recurrence of one v head over the stream: S [dv, dk] row-major holds
 // the state in and out; o_t goes to out + t * out_stride.
-// `model` tf32_chunked, tf32_split or bf16_chunk64 (T = O = float only): the lp of that kernel, chunk by
-// chunk in its arithmetic (summed as `sums` says) instead of token by token.
+// `form` a chunked kernel's (T = O = float only): its lp, chunk by chunk in its arithmetic
+// (summed as `sums` says) instead of token by token; form.fn null: the token recurrence.
 template <class T, class O>
-void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride,
-              GdnPrecision model = GdnPrecision::fp32, detail::Tf32Sums sums = detail::Tf32Sums::fp32) {
+void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride, detail::GdnChunkForm form = {},
+              detail::Tf32Sums sums = detail::Tf32Sums::fp32) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
   using RowMap = Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>;
@@ -112,16 +112,10 @@ void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride,
     const int t1 = std::min(j.count, t0 + kTileTokens);
     load(t0, std::min(j.count, t1 + 1));
     if constexpr (std::is_same_v<T, float> && std::is_same_v<O, float>) {
-      if (model != GdnPrecision::fp32) {
-        const bool bf16 = model == GdnPrecision::bf16_chunk64;
-        const auto chunk_fn = bf16                                  ? detail::gdn_chunk_bf16
-                              : model == GdnPrecision::tf32_split ? detail::gdn_chunk_split
-                                                                  : detail::gdn_chunk_tf32;
-        const int chunk = bf16 ? detail::kGdnBf16ChunkTokens : detail::kGdnChunkTokens;
-        static_assert(kTileTokens % detail::kGdnChunkTokens == 0 && kTileTokens % detail::kGdnBf16ChunkTokens == 0,
-                      "chunks must not straddle tiles");
-        constexpr int kMaxChunk = std::max(detail::kGdnChunkTokens, detail::kGdnBf16ChunkTokens);
-        float gs[kMaxChunk], bs[kMaxChunk];
+      if (form.fn) {
+        const int chunk = form.tokens;
+        if (chunk < 1 || kTileTokens % chunk != 0) fail("a chunk form's chunks must divide the 64-token tiles");
+        float gs[kTileTokens], bs[kTileTokens];
         for (int c0 = t0; c0 < t1; c0 += chunk) {
           const int n = std::min(t1 - c0, chunk);
           for (int i = 0; i < n; ++i) {
@@ -129,8 +123,8 @@ void run_head(const HeadJob& j, T* S_data, O* out, size_t out_stride,
             bs[i] = j.beta[static_cast<size_t>(c0 + i) * j.Hv];
           }
           const int r = c0 - t0;
-          chunk_fn(n, dk, dv, &q(r, 0), &k(r, 0), &v(r, 0), gs, bs, S_data,
-                                 out + static_cast<size_t>(c0) * out_stride, out_stride, sums);
+          form.fn(n, dk, dv, &q(r, 0), &k(r, 0), &v(r, 0), gs, bs, S_data, out + static_cast<size_t>(c0) * out_stride,
+                  out_stride, sums);
         }
         continue;
       }
@@ -276,7 +270,7 @@ GdnReference gdn_reference(const Batch& batch, const LayerShape& shape, int laye
     const size_t stride = static_cast<size_t>(d.Hv) * d.dv;
     if (lp) {
       run_head<float, float>(j, ref.h_lp[b].data() + h * head, ref.out_lp.data() + out_at, stride,
-                             lp_precision);
+                             detail::gdn_chunk_form(lp_precision));
     } else {
       std::vector<double> S(head, 0.0);
       if (!in.h0[b].empty())
@@ -328,9 +322,18 @@ void gdn_stream_hp(const Batch& batch, const LayerShape& shape, int layer, int s
   }
 }
 
-void gdn_stream_lp(const Batch& batch, const LayerShape& shape, int layer, int stream,
-                   GdnPrecision p, Tf32Sums sums, std::vector<float>* out,
-                   std::vector<float>* h_final) {
+GdnChunkForm gdn_chunk_form(GdnPrecision p) {
+  switch (p) {
+    case GdnPrecision::tf32_chunked: return {gdn_chunk_tf32, kGdnChunkTokens};
+    case GdnPrecision::tf32_split: return {gdn_chunk_split, kGdnChunkTokens};
+    case GdnPrecision::bf16_chunk64: return {gdn_chunk_bf16, kGdnBf16ChunkTokens};
+    case GdnPrecision::fp32: break;
+  }
+  return {};
+}
+
+void gdn_stream_chunks(const Batch& batch, const LayerShape& shape, int layer, int stream, GdnChunkForm form,
+                       Tf32Sums sums, std::vector<float>* out, std::vector<float>* h_final) {
   const Dims d = check_inputs(batch, shape, layer);
   if (stream < 0 || stream >= d.N) fail("stream " + std::to_string(stream) + " out of range");
   const GdnInputs& in = batch.layers[layer].gdn;
@@ -341,8 +344,14 @@ void gdn_stream_lp(const Batch& batch, const LayerShape& shape, int layer, int s
   for (int h = 0; h < d.Hv; ++h) {
     const HeadJob j = make_job(batch, d, layer, stream, h);
     run_head<float, float>(j, h_final->data() + h * head, out->data() + static_cast<size_t>(h) * d.dv,
-                           static_cast<size_t>(d.Hv) * d.dv, p, sums);
+                           static_cast<size_t>(d.Hv) * d.dv, form, sums);
   }
+}
+
+void gdn_stream_lp(const Batch& batch, const LayerShape& shape, int layer, int stream,
+                   GdnPrecision p, Tf32Sums sums, std::vector<float>* out,
+                   std::vector<float>* h_final) {
+  gdn_stream_chunks(batch, shape, layer, stream, gdn_chunk_form(p), sums, out, h_final);
 }
 
 }  // namespace detail

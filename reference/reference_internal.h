@@ -96,11 +96,28 @@ void gdn_chunk_bf16(int n, int dk, int dv, const float* q, const float* k, const
                     const float* g, const float* beta, float* S, float* out, size_t out_stride,
                     Tf32Sums sums = Tf32Sums::fp32);
 
+// A chunked kernel's arithmetic as the lp recurrence runs it: its chunk function (the
+// signature above) and its chunk length in tokens (chunks start at the stream's first token
+// and divide gdn_ref.cpp's 64-token tiles).
+using GdnChunkFn = void (*)(int n, int dk, int dv, const float* q, const float* k, const float* v, const float* g,
+                            const float* beta, float* S, float* out, size_t out_stride, Tf32Sums sums);
+struct GdnChunkForm {
+  GdnChunkFn fn = nullptr;
+  int tokens = 0;
+};
+// The chunk form of a chunked precision (tf32_chunked, tf32_split, bf16_chunk64); fn is
+// null for fp32 (the token recurrence).
+GdnChunkForm gdn_chunk_form(GdnPrecision p);
+
 // One stream of a Gated DeltaNet layer at kernel precision `p` (what
 // gdn_reference's out_lp / h_lp hold for it, with `sums` for the chunked precisions).
 // out: [count, Hv, v_dim] (bf16 values); h_final: [Hv, v_dim, k_dim].
 void gdn_stream_lp(const Batch& batch, const LayerShape& shape, int layer, int stream,
                    GdnPrecision p, Tf32Sums sums, std::vector<float>* out,
                    std::vector<float>* h_final);
+// The same for any chunk form: a candidate kernel's arithmetic, studied on the host before
+// it is a declared precision (tests/gdn_precision_test.cpp).
+void gdn_stream_chunks(const Batch& batch, const LayerShape& shape, int layer, int stream, GdnChunkForm form,
+                       Tf32Sums sums, std::vector<float>* out, std::vector<float>* h_final);
 
 }  // namespace pb::detail
