@@ -419,5 +419,178 @@ TEST(GdnSplitLp, StaysWithinTheChunkedLimit) {
   EXPECT_LT(r_decode, 1.0);
 }
 
+// A candidate arithmetic, studied before any kernel takes it: FlashInfer's fused SM90 GDN
+// prefill (flashinfer/gdn_kernels/delta_rule_dsl/delta_rule_sm90.py, read at fb28d7242; kernels/
+// NOTES.md "The fused chunk kernel"), one CTA a (stream, head) with the state in wgmma
+// accumulators. Per 64-token chunk, b() bf16, h() fp16, gamma_i = e^{G_i}:
+//   A_ij = h(beta_i e^{G_i-G_j} k_i.k_j) (j < i); (I + A)^-1 by recursive doubling of 8 x 8
+//     blocks, every block product on fp16 operands with fp32 sums, rounded to fp16;
+//     T' = b((I + A)^-1 diag(beta))
+//   X = b(b(v) - b(gamma b(S) k))   (v - S k in the 16-bit dtype)
+//   V = T' X (fp32); o = gamma b(S) q / sqrt(dk) + b(e^{G_i-G_j} q.k / sqrt(dk)) b(V); out b(o)
+//   S = gamma_last S + b(b(V) e^{G_last-G_j}) k^T (fp32 S)
+// W and U are never formed: V = T diag(beta) (v - gamma S k) is u - w S reassociated.
+// sub32: the subtraction in fp32 instead (X = b(b(v) - gamma b(S) k)).
+float round_fp16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
+
+template <bool kSub32, bool kE32 = false, bool kBetaX = false>
+void fused_chunk(int n, int dk, int dv, const float* q, const float* k, const float* v, const float* g,
+                 const float* beta, float* S, float* out, size_t out_stride, detail::Tf32Sums) {
+  constexpr int C = 64;
+  using Acc = double;  // a tensor core's sum in another order: wide, rounded where the kernel stores
+  std::vector<float> qb(static_cast<size_t>(n) * dk), kb(qb.size()), vb(static_cast<size_t>(n) * dv);
+  std::vector<float> Sb(static_cast<size_t>(dv) * dk);
+  for (size_t e = 0; e < qb.size(); ++e) qb[e] = round_bf16(q[e]), kb[e] = round_bf16(k[e]);
+  for (size_t e = 0; e < vb.size(); ++e) vb[e] = round_bf16(v[e]);
+  for (size_t e = 0; e < Sb.size(); ++e) Sb[e] = round_bf16(S[e]);
+  std::vector<float> G(n);
+  float acc = 0.f;
+  for (int i = 0; i < n; ++i) G[i] = acc += g[i];
+  // L = I + A on C x C (rows past n: identity), fp16
+  std::vector<float> L(C * C, 0.f), X(C * C, 0.f);
+  for (int i = 0; i < C; ++i) L[i * C + i] = 1.f;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < i; ++j) {
+      Acc kk = 0;
+      for (int c = 0; c < dk; ++c) kk += kb[i * dk + c] * kb[j * dk + c];
+      L[i * C + j] = round_fp16(beta[i] * std::exp(G[i] - G[j]) * static_cast<float>(kk));
+    }
+  // X = L^-1: 8 x 8 diagonal blocks by substitution in fp32, rounded to fp16; then blocks of
+  // 2s from two of s: X21 = -X22 (L21 X11), each product fp16 in, fp32 sum, fp16 out.
+  for (int b0 = 0; b0 < C; b0 += 8)
+    for (int i = b0; i < b0 + 8; ++i) {
+      X[i * C + i] = 1.f;
+      for (int c = b0; c < i; ++c) {
+        float s = 0.f;
+        for (int j = c; j < i; ++j) s += L[i * C + j] * X[j * C + c];
+        X[i * C + c] = -s;
+      }
+    }
+  for (float& x : X) x = round_fp16(x);
+  for (int s = 8; s < C; s *= 2)
+    for (int b0 = 0; b0 < C; b0 += 2 * s) {
+      const int r0 = b0 + s;  // the lower block's rows and the upper block's columns b0..
+      std::vector<float> P(s * s);
+      for (int i = 0; i < s; ++i)
+        for (int c = 0; c < s; ++c) {
+          Acc t = 0;
+          for (int j = 0; j < s; ++j) t += L[(r0 + i) * C + b0 + j] * X[(b0 + j) * C + b0 + c];
+          P[i * s + c] = round_fp16(static_cast<float>(t));
+        }
+      for (int i = 0; i < s; ++i)
+        for (int c = 0; c < s; ++c) {
+          Acc t = 0;
+          for (int j = 0; j < s; ++j) t += X[(r0 + i) * C + r0 + j] * P[j * s + c];
+          X[(r0 + i) * C + b0 + c] = round_fp16(-static_cast<float>(t));
+        }
+    }
+  std::vector<float> Tp(static_cast<size_t>(n) * n, 0.f);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j <= i; ++j) Tp[i * n + j] = round_bf16(X[i * C + j] * (kBetaX ? 1.f : beta[j]));
+  // X = v - gamma b(S) k, in 16 bits (or fp32); V = T' X
+  std::vector<float> Xv(static_cast<size_t>(n) * dv), V(Xv.size()), Vb(Xv.size());
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < dv; ++r) {
+      Acc sk = 0;
+      for (int c = 0; c < dk; ++c) sk += Sb[r * dk + c] * kb[i * dk + c];
+      const float gsk = std::exp(G[i]) * static_cast<float>(sk);
+      Xv[i * dv + r] = kBetaX   ? round_bf16(beta[i] * (vb[i * dv + r] - gsk))
+                       : kSub32 ? round_bf16(vb[i * dv + r] - gsk)
+                                : round_bf16(vb[i * dv + r] - round_bf16(gsk));
+    }
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < dv; ++r) {
+      Acc t = 0;
+      for (int j = 0; j <= i; ++j) t += Tp[i * n + j] * Xv[j * dv + r];
+      V[i * dv + r] = static_cast<float>(t);
+      Vb[i * dv + r] = round_bf16(V[i * dv + r]);
+    }
+  const float sc = 1.f / std::sqrt(static_cast<float>(dk));
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < dv; ++r) {
+      Acc sq = 0;
+      for (int c = 0; c < dk; ++c) sq += Sb[r * dk + c] * qb[i * dk + c];
+      Acc o = std::exp(G[i]) * sc * static_cast<float>(sq);
+      for (int j = 0; j <= i; ++j) {
+        Acc qk = 0;
+        for (int c = 0; c < dk; ++c) qk += qb[i * dk + c] * kb[j * dk + c];
+        o += round_bf16(std::exp(G[i] - G[j]) * sc * static_cast<float>(qk)) * Vb[j * dv + r];
+      }
+      out[i * out_stride + r] = round_bf16(static_cast<float>(o));
+    }
+  const float gl = std::exp(G[n - 1]);
+  std::vector<Acc> row(dk);
+  for (int r = 0; r < dv; ++r) {
+    for (int c = 0; c < dk; ++c) row[c] = S[r * dk + c] * gl;
+    for (int j = 0; j < n; ++j) {
+      const float e = round_bf16((kE32 ? V : Vb)[j * dv + r] * std::exp(G[n - 1] - G[j]));
+      for (int c = 0; c < dk; ++c) row[c] += e * kb[j * dk + c];
+    }
+    for (int c = 0; c < dk; ++c) S[r * dk + c] = static_cast<float>(row[c]);
+  }
+}
+
+LayerOutputs form_stand_in(const Batch& batch, const LayerShape& shape, int layer, const GdnReference& ref,
+                           detail::GdnChunkForm form) {
+  LayerOutputs o;
+  o.out.resize(ref.out_lp.size());
+  const size_t row = static_cast<size_t>(shape.num_v_heads) * shape.v_dim;
+  for (int b = 0; b < batch.num_streams; ++b) {
+    std::vector<float> out, h;
+    detail::gdn_stream_chunks(batch, shape, layer, b, form, detail::Tf32Sums::wide, &out, &h);
+    for (size_t i = 0; i < out.size(); ++i) o.out[batch.streams[b].row_begin * row + i] = to_bf16(out[i]);
+    o.h_state.push_back(h);
+  }
+  o.conv_state = ref.conv_state;
+  return o;
+}
+
+// The study's answer (kernels/NOTES.md "The fused chunk kernel"): FlashInfer's rounding points
+// stay within bf16-chunk64's limit on long streams but not on the decode-heavy class, and
+// moving beta into X, subtracting in fp32 and decaying V before its one rounding still
+// leaves it past the limit there. So a kernel of this form declares a precision of its own
+// (its lp here, moved to reference/), not fla's. Printed: each form's worst figure as a
+// fraction of bf16-chunk64's limit, and its worst error against hp over fla's form's.
+TEST(GdnFusedForm, NeedsAPrecisionOfItsOwn) {
+  const DecodeHeavy& d = decode_heavy_batch();
+  const Batch long_batch = batch_of(kLong);
+  struct Case {
+    const char* name;
+    const Batch& batch;
+    LayerShape shape;
+    int layer;
+  };
+  const Case cases[] = {{"decode-heavy", d.batch, d.shape, d.kLayer},
+                        {"long", long_batch, layer_shape(parse_scenario(kLong, "test.yaml"), long_batch), 0}};
+  auto max_err = [](const GdnReference& ref, const LayerOutputs& o) {
+    double out = 0, h = 0;
+    for (size_t i = 0; i < o.out.size(); ++i) out = std::max(out, static_cast<double>(std::abs(to_float(o.out[i]) - ref.out_hp[i])));
+    for (size_t s = 0; s < o.h_state.size(); ++s)
+      for (size_t i = 0; i < o.h_state[s].size(); ++i)
+        h = std::max(h, static_cast<double>(std::abs(o.h_state[s][i] - ref.h_hp[s][i])));
+    return std::make_pair(out, h);
+  };
+  double worst_fi[2] = {0, 0}, worst_best[2] = {0, 0};
+  for (int ci = 0; ci < 2; ++ci) {
+    const Case& c = cases[ci];
+    const GdnReference bf = gdn_reference(c.batch, c.shape, c.layer, GdnPrecision::bf16_chunk64);
+    const LayerOutputs fla = form_stand_in(c.batch, c.shape, c.layer, bf, detail::gdn_chunk_form(GdnPrecision::bf16_chunk64));
+    const LayerOutputs fi = form_stand_in(c.batch, c.shape, c.layer, bf, {fused_chunk<false>, 64});
+    const LayerOutputs best = form_stand_in(c.batch, c.shape, c.layer, bf, {fused_chunk<true, true, true>, 64});
+    worst_fi[ci] = worst(judge(c.batch, c.shape, c.layer, bf, fi));
+    worst_best[ci] = worst(judge(c.batch, c.shape, c.layer, bf, best));
+    const auto e_fla = max_err(bf, fla), e_fi = max_err(bf, fi), e_best = max_err(bf, best);
+    std::printf("%s, of bf16-chunk64's limit: fla's form %.2f, FlashInfer's %.2f, with beta in X, fp32 subtraction and "
+                "E from fp32 V %.2f; max error over fla's form (out, state): FlashInfer's %.2f, %.2f; the other %.2f, %.2f\n",
+                c.name, worst(judge(c.batch, c.shape, c.layer, bf, fla)), worst_fi[ci], worst_best[ci],
+                e_fi.first / e_fla.first, e_fi.second / e_fla.second, e_best.first / e_fla.first,
+                e_best.second / e_fla.second);
+  }
+  EXPECT_GT(worst_fi[0], 1.0);
+  EXPECT_GT(worst_best[0], 1.0);
+  EXPECT_LT(worst_fi[1], 1.0);
+  EXPECT_LT(worst_best[1], 1.0);
+}
+
 }  // namespace
 }  // namespace pb
