@@ -116,21 +116,27 @@ TEST(GdnChunkedLp, FollowsTheTokenRecurrenceAcrossChunks) {
   EXPECT_EQ(std::memcmp(fp.out_hp.data(), tf.out_hp.data(), fp.out_hp.size() * 4), 0);
 }
 
-// A kernel stand-in: the chunked tf32 arithmetic with sums in double (not the lp
-// itself), run on `batch`, packed as the backend would return it.
-LayerOutputs chunked_stand_in(const Batch& batch, const LayerShape& shape, int layer, const GdnReference& ref,
-                              GdnPrecision kernel = GdnPrecision::tf32_chunked) {
+// A kernel stand-in: chunk form `form`'s arithmetic with sums in double (not the lp
+// itself), run on `batch`, packed as the backend would return it; chunked_stand_in takes
+// a declared precision's form (the chunked tf32 one unless told).
+LayerOutputs form_stand_in(const Batch& batch, const LayerShape& shape, int layer, const GdnReference& ref,
+                           detail::GdnChunkForm form) {
   LayerOutputs o;
   o.out.resize(ref.out_lp.size());
   const size_t row = static_cast<size_t>(shape.num_v_heads) * shape.v_dim;
   for (int b = 0; b < batch.num_streams; ++b) {
     std::vector<float> out, h;
-    detail::gdn_stream_lp(batch, shape, layer, b, kernel, detail::Tf32Sums::wide, &out, &h);
+    detail::gdn_stream_chunks(batch, shape, layer, b, form, detail::Tf32Sums::wide, &out, &h);
     for (size_t i = 0; i < out.size(); ++i) o.out[batch.streams[b].row_begin * row + i] = to_bf16(out[i]);
     o.h_state.push_back(h);
   }
   o.conv_state = ref.conv_state;
   return o;
+}
+
+LayerOutputs chunked_stand_in(const Batch& batch, const LayerShape& shape, int layer, const GdnReference& ref,
+                              GdnPrecision kernel = GdnPrecision::tf32_chunked) {
+  return form_stand_in(batch, shape, layer, ref, detail::gdn_chunk_form(kernel));
 }
 
 struct Verdict {
@@ -430,7 +436,9 @@ TEST(GdnSplitLp, StaysWithinTheChunkedLimit) {
 //   V = T' X (fp32); o = gamma b(S) q / sqrt(dk) + b(e^{G_i-G_j} q.k / sqrt(dk)) b(V); out b(o)
 //   S = gamma_last S + b(b(V) e^{G_last-G_j}) k^T (fp32 S)
 // W and U are never formed: V = T diag(beta) (v - gamma S k) is u - w S reassociated.
-// sub32: the subtraction in fp32 instead (X = b(b(v) - gamma b(S) k)).
+// Variants: kSub32, the subtraction in fp32 (X = b(b(v) - gamma b(S) k)); kE32, the decay
+// applied to the fp32 V before its one rounding (b(V e^{G_last-G_j})); kBetaX, beta moved
+// from T' into X (T' = b((I + A)^-1), X = b(beta (b(v) - gamma b(S) k)), with the fp32 subtraction).
 float round_fp16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
 
 template <bool kSub32, bool kE32 = false, bool kBetaX = false>
@@ -528,21 +536,6 @@ void fused_chunk(int n, int dk, int dv, const float* q, const float* k, const fl
     }
     for (int c = 0; c < dk; ++c) S[r * dk + c] = static_cast<float>(row[c]);
   }
-}
-
-LayerOutputs form_stand_in(const Batch& batch, const LayerShape& shape, int layer, const GdnReference& ref,
-                           detail::GdnChunkForm form) {
-  LayerOutputs o;
-  o.out.resize(ref.out_lp.size());
-  const size_t row = static_cast<size_t>(shape.num_v_heads) * shape.v_dim;
-  for (int b = 0; b < batch.num_streams; ++b) {
-    std::vector<float> out, h;
-    detail::gdn_stream_chunks(batch, shape, layer, b, form, detail::Tf32Sums::wide, &out, &h);
-    for (size_t i = 0; i < out.size(); ++i) o.out[batch.streams[b].row_begin * row + i] = to_bf16(out[i]);
-    o.h_state.push_back(h);
-  }
-  o.conv_state = ref.conv_state;
-  return o;
 }
 
 // The study's answer (kernels/NOTES.md "The fused chunk kernel"): FlashInfer's rounding points
