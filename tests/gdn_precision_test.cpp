@@ -436,12 +436,12 @@ TEST(GdnSplitLp, StaysWithinTheChunkedLimit) {
 //   V = T' X (fp32); o = gamma b(S) q / sqrt(dk) + b(e^{G_i-G_j} q.k / sqrt(dk)) b(V); out b(o)
 //   S = gamma_last S + b(b(V) e^{G_last-G_j}) k^T (fp32 S)
 // W and U are never formed: V = T diag(beta) (v - gamma S k) is u - w S reassociated.
-// Variants: kSub32, the subtraction in fp32 (X = b(b(v) - gamma b(S) k)); kE32, the decay
-// applied to the fp32 V before its one rounding (b(V e^{G_last-G_j})); kBetaX, beta moved
-// from T' into X (T' = b((I + A)^-1), X = b(beta (b(v) - gamma b(S) k)), with the fp32 subtraction).
+// kRevised: three rounding points moved toward fla's: beta from T' into X, the subtraction in
+// fp32 (T' = b((I + A)^-1), X = b(beta (b(v) - gamma b(S) k))), and the decay applied to the
+// fp32 V before its one rounding (b(V e^{G_last-G_j})).
 float round_fp16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
 
-template <bool kSub32, bool kE32 = false, bool kBetaX = false>
+template <bool kRevised>
 void fused_chunk(int n, int dk, int dv, const float* q, const float* k, const float* v, const float* g,
                  const float* beta, float* S, float* out, size_t out_stride, detail::Tf32Sums) {
   constexpr int C = 64;
@@ -494,17 +494,15 @@ void fused_chunk(int n, int dk, int dv, const float* q, const float* k, const fl
     }
   std::vector<float> Tp(static_cast<size_t>(n) * n, 0.f);
   for (int i = 0; i < n; ++i)
-    for (int j = 0; j <= i; ++j) Tp[i * n + j] = round_bf16(X[i * C + j] * (kBetaX ? 1.f : beta[j]));
-  // X = v - gamma b(S) k, in 16 bits (or fp32); V = T' X
+    for (int j = 0; j <= i; ++j) Tp[i * n + j] = round_bf16(X[i * C + j] * (kRevised ? 1.f : beta[j]));
+  // X = v - gamma b(S) k, in 16 bits (revised: beta (v - gamma b(S) k) in fp32); V = T' X
   std::vector<float> Xv(static_cast<size_t>(n) * dv), V(Xv.size()), Vb(Xv.size());
   for (int i = 0; i < n; ++i)
     for (int r = 0; r < dv; ++r) {
       Acc sk = 0;
       for (int c = 0; c < dk; ++c) sk += Sb[r * dk + c] * kb[i * dk + c];
       const float gsk = std::exp(G[i]) * static_cast<float>(sk);
-      Xv[i * dv + r] = kBetaX   ? round_bf16(beta[i] * (vb[i * dv + r] - gsk))
-                       : kSub32 ? round_bf16(vb[i * dv + r] - gsk)
-                                : round_bf16(vb[i * dv + r] - round_bf16(gsk));
+      Xv[i * dv + r] = kRevised ? round_bf16(beta[i] * (vb[i * dv + r] - gsk)) : round_bf16(vb[i * dv + r] - round_bf16(gsk));
     }
   for (int i = 0; i < n; ++i)
     for (int r = 0; r < dv; ++r) {
@@ -531,7 +529,7 @@ void fused_chunk(int n, int dk, int dv, const float* q, const float* k, const fl
   for (int r = 0; r < dv; ++r) {
     for (int c = 0; c < dk; ++c) row[c] = S[r * dk + c] * gl;
     for (int j = 0; j < n; ++j) {
-      const float e = round_bf16((kE32 ? V : Vb)[j * dv + r] * std::exp(G[n - 1] - G[j]));
+      const float e = round_bf16((kRevised ? V : Vb)[j * dv + r] * std::exp(G[n - 1] - G[j]));
       for (int c = 0; c < dk; ++c) row[c] += e * kb[j * dk + c];
     }
     for (int c = 0; c < dk; ++c) S[r * dk + c] = static_cast<float>(row[c]);
@@ -569,7 +567,7 @@ TEST(GdnFusedForm, NeedsAPrecisionOfItsOwn) {
     const GdnReference bf = gdn_reference(c.batch, c.shape, c.layer, GdnPrecision::bf16_chunk64);
     const LayerOutputs fla = form_stand_in(c.batch, c.shape, c.layer, bf, detail::gdn_chunk_form(GdnPrecision::bf16_chunk64));
     const LayerOutputs fi = form_stand_in(c.batch, c.shape, c.layer, bf, {fused_chunk<false>, 64});
-    const LayerOutputs best = form_stand_in(c.batch, c.shape, c.layer, bf, {fused_chunk<true, true, true>, 64});
+    const LayerOutputs best = form_stand_in(c.batch, c.shape, c.layer, bf, {fused_chunk<true>, 64});
     worst_fi[ci] = worst(judge(c.batch, c.shape, c.layer, bf, fi));
     worst_best[ci] = worst(judge(c.batch, c.shape, c.layer, bf, best));
     const auto e_fla = max_err(bf, fla), e_fi = max_err(bf, fi), e_best = max_err(bf, best);
